@@ -1,0 +1,152 @@
+"""Storage helpers shared by every engine: fsspec paths and atomic writes.
+
+No Dagster here: Zephyr workers, training processes and k8s pods import it.
+
+Atomicity: on a local disk a file is written beside its target under a
+temporary name and renamed into place. Object stores (gs://, memory://)
+have no rename, but an object only appears once its upload completes, so
+the bytes are spooled to a local temporary file and uploaded in one call.
+Either way a reader never sees a half-written file under the final name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import IO, Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+_TEMP_MARK = ".tmp-"
+
+
+def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem for `path` and the path as that filesystem names it."""
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    return fs, fs_path
+
+
+def is_local(path: str) -> bool:
+    fs, _ = url_to_fs(path)
+    return isinstance(fs, LocalFileSystem)
+
+
+def join(base: str, *parts: str) -> str:
+    out = base.rstrip("/")
+    for part in parts:
+        if part:
+            out = f"{out}/{part.strip('/')}"
+    return out
+
+
+def normalize(path: str) -> str:
+    """Absolute local paths (so subprocesses and orbax agree); URLs unchanged."""
+    if "://" in path:
+        return path.rstrip("/")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def is_temp_name(path: str) -> bool:
+    """True for the leftovers of an interrupted atomic write."""
+    return _TEMP_MARK in os.path.basename(path)
+
+
+def exists(path: str) -> bool:
+    fs, p = url_to_fs(path)
+    return fs.exists(p)
+
+
+def makedirs(path: str) -> None:
+    fs, p = url_to_fs(path)
+    fs.makedirs(p, exist_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
+    """Open `path` for writing; it appears under its name only on success."""
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_write supports modes 'wb' and 'w', not {mode!r}")
+    fs, fs_path = url_to_fs(path)
+    if isinstance(fs, LocalFileSystem):
+        directory = os.path.dirname(fs_path) or "."
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f"{os.path.basename(fs_path)}{_TEMP_MARK}{uuid.uuid4().hex[:8]}")
+        try:
+            with open(tmp, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, fs_path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+            raise
+        return
+    with tempfile.NamedTemporaryFile(mode, delete=False, suffix=_TEMP_MARK.rstrip("-"),
+                                     **({"encoding": "utf-8"} if mode == "w" else {})) as f:
+        tmp = f.name
+        try:
+            yield f
+        except BaseException:
+            f.close()
+            os.remove(tmp)
+            raise
+    try:
+        parent = fs_path.rsplit("/", 1)[0]
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        fs.put_file(tmp, fs_path)
+    finally:
+        os.remove(tmp)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    with atomic_write(path, "wb") as f:
+        f.write(data)
+
+
+def write_text(path: str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_bytes(path: str) -> bytes:
+    fs, p = url_to_fs(path)
+    with fs.open(p, "rb") as f:
+        return f.read()
+
+
+def read_json(path: str) -> Any:
+    return json.loads(read_bytes(path).decode("utf-8"))
+
+
+def read_json_or_none(path: str) -> Any | None:
+    try:
+        return read_json(path)
+    except FileNotFoundError:
+        return None
+
+
+def remove(path: str, recursive: bool = False) -> None:
+    fs, p = url_to_fs(path)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(p, recursive=recursive)
+
+
+def file_checksum(path: str) -> str:
+    """sha256 of a file's bytes, streamed."""
+    fs, p = url_to_fs(path)
+    h = hashlib.sha256()
+    with fs.open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
