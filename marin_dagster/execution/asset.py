@@ -1,0 +1,205 @@
+"""`versioned_asset`: the one helper every asset factory uses.
+
+A factory supplies a name, a config and `run(config, inputs, output_path,
+step)`; this module derives the version, the output path, the Dagster asset
+(code_version = version, DataVersion = manifest hash) and the skip, lease and
+status handling around `run`.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the compute function's annotations.
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+
+from marin_dagster import fs
+from marin_dagster.execution.status import StepStatus, read_status
+from marin_dagster.execution.step import execute_step
+from marin_dagster.execution.version import compute_version
+
+FORCE_TAG = "marin/force"
+
+
+class StepRunConfig(dg.Config):
+    """Run config of every versioned asset."""
+
+    force: bool = False
+    """Rerun even if the output already holds SUCCESS for this version."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """What `run` gets besides its config: the Dagster log, resources and run id."""
+
+    name: str
+    version: str
+    run_id: str
+    log: logging.Logger | Any
+    resources: Any
+    dagster: dg.AssetExecutionContext
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A versioned step behind an asset: what the registry keeps per asset key."""
+
+    name: str
+    kind: str
+    version: str
+    config: Any
+    upstream: Mapping[str, dg.AssetKey]
+    asset: dg.AssetsDefinition
+
+
+Run = Callable[[Any, Mapping[str, str], str, StepContext], Mapping[str, Any] | None]
+
+# Factories register here so that experiments only list their leaves: the
+# graph is found by following `upstream` references.
+STEPS: dict[dg.AssetKey, Step] = {}
+
+
+def asset_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey(name.strip("/").split("/"))
+
+
+def step_for(asset: dg.AssetsDefinition) -> Step:
+    try:
+        return STEPS[asset.key]
+    except KeyError:
+        raise ValueError(
+            f"{asset.key.to_user_string()} was not made by a marin factory, so it has no version "
+            "to depend on; build it with a factory from `assets`"
+        ) from None
+
+
+def upstream_closure(leaves: Sequence[dg.AssetsDefinition]) -> list[Step]:
+    """The leaves and everything upstream of them, upstream first."""
+    seen: dict[dg.AssetKey, Step] = {}
+
+    def visit(key: dg.AssetKey) -> None:
+        if key in seen:
+            return
+        step = STEPS[key]
+        for up in step.upstream.values():
+            visit(up)
+        seen[key] = step
+
+    for leaf in leaves:
+        visit(step_for(leaf).asset.key)
+    return list(seen.values())
+
+
+# -- metadata: what run returns, kept JSON-ready in the status file ---------
+_MD_KINDS: dict[type, str] = {
+    dg.MarkdownMetadataValue: "md",
+    dg.PathMetadataValue: "path",
+    dg.UrlMetadataValue: "url",
+    dg.JsonMetadataValue: "json",
+}
+
+
+def metadata_to_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in metadata.items():
+        kind = _MD_KINDS.get(type(value))
+        if kind is not None:
+            out[key] = {"__metadata__": kind, "value": value.value}
+        elif isinstance(value, dg.MetadataValue):
+            out[key] = value.value
+        elif isinstance(value, bool | int | float | str) or value is None:
+            out[key] = value
+        else:
+            raise TypeError(f"metadata {key!r}: {type(value).__name__} is not JSON-ready metadata")
+    return out
+
+
+def metadata_from_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    makers = {"md": dg.MetadataValue.md, "path": dg.MetadataValue.path,
+              "url": dg.MetadataValue.url, "json": dg.MetadataValue.json}
+    out = {}
+    for key, value in metadata.items():
+        if isinstance(value, dict) and value.get("__metadata__") in makers:
+            out[key] = makers[value["__metadata__"]](value["value"])
+        else:
+            out[key] = value
+    return out
+
+
+def _input_paths(storage: Any, upstream: Mapping[str, dg.AssetKey]) -> dict[str, str]:
+    inputs = {}
+    for role, key in upstream.items():
+        up = STEPS[key]
+        path = storage.output_path(up.name, up.version)
+        record = read_status(path)
+        if record is None or record.status != StepStatus.SUCCESS:
+            state = record.status.value if record else "missing"
+            raise dg.Failure(
+                f"input {role!r} ({up.name}) is {state} at {path}; materialize it first, e.g. "
+                f"`dagster asset materialize -w workspace.yaml --select '+{key.to_user_string()}'`"
+            )
+        inputs[role] = path
+    return inputs
+
+
+def versioned_asset(
+    *,
+    name: str,
+    kind: str,
+    config: Any,
+    run: Run,
+    upstream: Mapping[str, dg.AssetsDefinition] | None = None,
+    description: str = "",
+    op_tags: Mapping[str, str] | None = None,
+    required_resources: Sequence[str] = (),
+    kinds: Sequence[str] = (),
+) -> dg.AssetsDefinition:
+    """A Dagster asset for a versioned step writing `{prefix}/{name}-{version}`."""
+    step_config = config
+    key = asset_key(name)
+    upstream_steps = {role: step_for(asset) for role, asset in (upstream or {}).items()}
+    version = compute_version(kind, config, {role: s.version for role, s in upstream_steps.items()})
+    upstream_keys = {role: s.asset.key for role, s in upstream_steps.items()}
+
+    def compute(context: dg.AssetExecutionContext, config: StepRunConfig) -> dg.MaterializeResult:
+        storage = context.resources.storage
+        output_path = storage.output_path(name, version)
+        inputs = _input_paths(storage, upstream_keys)
+        force = config.force or context.run.tags.get(FORCE_TAG, "").lower() in ("1", "true")
+        step = StepContext(name, version, context.run_id, context.log, context.resources, context)
+
+        def work(path: str) -> dict[str, Any]:
+            fs.makedirs(path)
+            return metadata_to_json(run(step_config, inputs, path, step) or {})
+
+        outcome = execute_step(
+            output_path, version, work, force=force, lease=storage.lease_settings(),
+            run_id=context.run_id, log=context.log,
+        )
+        files = outcome.manifest.get("files", {})
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(outcome.data_version),
+            metadata={
+                **metadata_from_json(outcome.metadata),
+                "version": version,
+                "path": dg.MetadataValue.path(output_path),
+                "skipped": outcome.skipped,
+                "output_files": len(files),
+                "output_bytes": sum(f["size"] for f in files.values()),
+            },
+        )
+
+    asset = dg.asset(
+        key=key,
+        code_version=version,
+        deps=list(upstream_keys.values()),
+        description=f"{description}\n\nVersion `{version}`: output `{{prefix}}/{name}-{version}`.".strip(),
+        required_resource_keys={"storage", *required_resources},
+        op_tags=dict(op_tags or {}),
+        metadata={"marin/kind": kind, "marin/version": version},
+        kinds=set(kinds) or None,
+    )(compute)
+    STEPS[key] = Step(name, kind, version, config, upstream_keys, asset)
+    return asset

@@ -1,0 +1,113 @@
+"""Run one versioned step with Marin's skip_existing semantics.
+
+    SUCCESS at this version  -> skipped, same data version re-emitted
+    RUNNING with a live lease -> wait for it (then usually skip), or fail naming the holder
+    FAILED, missing, stale    -> run; the step's own code resumes what it finished
+
+The status is written last, after the manifest, so a killed run never leaves
+an output that reads as finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from marin_dagster import fs
+from marin_dagster.execution.lease import Lease, LeaseSettings
+from marin_dagster.execution.status import (
+    LOCK_FILE,
+    MANIFEST_FILE,
+    StatusRecord,
+    StepStatus,
+    build_manifest,
+    data_version_of,
+    read_status,
+    write_status,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutcome:
+    output_path: str
+    version: str
+    data_version: str
+    skipped: bool
+    metadata: dict[str, Any]
+    manifest: dict[str, Any]
+
+
+def _done(output_path: str, version: str) -> StatusRecord | None:
+    record = read_status(output_path)
+    if record is None or record.status != StepStatus.SUCCESS:
+        return None
+    if record.version != version:
+        raise ValueError(
+            f"{output_path} holds version {record.version}, not {version}: the path and the "
+            "status disagree, so the output was moved or edited by hand; delete it to rerun"
+        )
+    return record
+
+
+def _skipped(output_path: str, record: StatusRecord) -> StepOutcome:
+    manifest = fs.read_json_or_none(fs.join(output_path, MANIFEST_FILE)) or {"files": {}}
+    return StepOutcome(output_path, record.version, record.data_version or "", True,
+                       record.metadata, manifest)
+
+
+def _clear(output_path: str) -> None:
+    fsys, root = fs.url_to_fs(output_path)
+    if not fsys.exists(root):
+        return
+    for entry in fsys.ls(root, detail=False):
+        if entry.rstrip("/").rsplit("/", 1)[-1] != LOCK_FILE:
+            fsys.rm(entry, recursive=True)
+
+
+def execute_step(
+    output_path: str,
+    version: str,
+    run: Callable[[str], dict[str, Any] | None],
+    *,
+    force: bool = False,
+    lease: LeaseSettings | None = None,
+    run_id: str | None = None,
+    log: logging.Logger | Any = logger,
+) -> StepOutcome:
+    """Run `run(output_path)` unless the output is already done; returns what happened.
+
+    `run` returns JSON-ready metadata; it is kept in the status file so that a
+    skipped materialization reports the same counts as the one that did the work.
+    """
+    if not force and (record := _done(output_path, version)) is not None:
+        log.info(f"{output_path} is already SUCCESS at version {version}: skipping")
+        return _skipped(output_path, record)
+    with Lease(output_path, lease, run_id=run_id) as held:
+        # Another run may have finished the work while we waited for the lease.
+        if not force and (record := _done(output_path, version)) is not None:
+            log.info(f"{output_path} was finished by another run while waiting: skipping")
+            return _skipped(output_path, record)
+        if force:
+            log.info(f"force: clearing {output_path} and rerunning")
+            _clear(output_path)
+        write_status(output_path, StatusRecord(StepStatus.RUNNING, version, run_id=run_id))
+        try:
+            metadata = run(output_path) or {}
+            held.check()
+            manifest = build_manifest(output_path)
+            fs.write_json(fs.join(output_path, MANIFEST_FILE), manifest)
+            data_version = data_version_of(manifest)
+            write_status(output_path, StatusRecord(
+                StepStatus.SUCCESS, version, data_version=data_version, run_id=run_id, metadata=metadata,
+            ))
+        except BaseException as e:
+            if held.holds():  # never overwrite the status of the run that took over
+                write_status(output_path, StatusRecord(
+                    StepStatus.FAILED, version, run_id=run_id, error=f"{type(e).__name__}: {e}",
+                ))
+            raise
+    return StepOutcome(output_path, version, data_version, False, metadata, manifest)

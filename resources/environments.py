@@ -1,0 +1,14 @@
+"""Resource sets per environment: what `definitions.py` and experiment scripts bind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marin_dagster import fs
+from resources.storage import StorageResource, default_prefix
+
+
+def local_resources(prefix: str | None = None) -> dict[str, Any]:
+    """Laptop defaults: storage under ./data (or MARIN_PREFIX), local Zephyr workers."""
+    # Resolved now, so step subprocesses started elsewhere write to the same place.
+    return {"storage": StorageResource(prefix=fs.normalize(prefix or default_prefix()))}
