@@ -1,0 +1,30 @@
+"""Iris: resource requests on assets and the launchers that place steps on hardware.
+
+Nothing here imports Dagster; the executor lives in `marin_dagster.iris.executor`.
+"""
+
+from marin_dagster.iris.resource_config import (
+    GPU_TYPES,
+    K8S_CONFIG_TAG,
+    RESOURCES_TAG,
+    TPU_GENERATIONS,
+    CpuConfig,
+    DeviceConfig,
+    GpuConfig,
+    ResourceConfig,
+    ResourceConfigError,
+    TpuConfig,
+)
+
+__all__ = [
+    "GPU_TYPES",
+    "K8S_CONFIG_TAG",
+    "RESOURCES_TAG",
+    "TPU_GENERATIONS",
+    "CpuConfig",
+    "DeviceConfig",
+    "GpuConfig",
+    "ResourceConfig",
+    "ResourceConfigError",
+    "TpuConfig",
+]
