@@ -162,8 +162,12 @@ class TokenCacheShardWriter:
         self._buffer = []
         self._buffered = 0
 
-    def finish(self) -> dict[str, int]:
-        """Write input_ids.npy, offsets.npy, then .success; return the shard's stats."""
+    def finish(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write input_ids.npy, offsets.npy, then .success; return the shard's stats.
+
+        ``extra`` adds keys to the ``.success`` marker (the builder records its
+        skipped-record counts there, so a resumed build still reports them).
+        """
         if self._finished:
             raise RuntimeError(f"shard writer for {self.shard_dir} is already finished")
         self._finished = True
@@ -181,7 +185,7 @@ class TokenCacheShardWriter:
             if self.num_docs:
                 np.cumsum(np.frombuffer(self._lengths, dtype=np.int64), out=offsets[1:])
             _save_npy(fs.join(self.shard_dir, OFFSETS_NAME), offsets)
-            stats = {"num_tokens": self.num_tokens, "num_docs": self.num_docs,
+            stats = {**(extra or {}), "num_tokens": self.num_tokens, "num_docs": self.num_docs,
                      "bytes": self.num_bytes}
             fs.write_json(fs.join(self.shard_dir, SUCCESS_NAME), stats)
             return stats

@@ -1,0 +1,162 @@
+"""Documents out of input shards, with every bad record named by file and index.
+
+The cache builder reads its shards itself (not through a generic JSON
+reader) so that a line of invalid UTF-8 or broken JSON is one bad record
+(reported with file, record index and reason, or skipped and counted), not a
+crash of the whole shard.
+
+Formats: JSON lines (``.jsonl``/``.json``, optionally ``.gz``/``.zst``/``.bz2``/
+``.xz``) and Parquet (``.parquet``). A JSONL record's index is its 0-based
+line number; blank lines are not records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from marin_dagster import fs
+
+_PARQUET_BATCH = 1024
+
+
+class BadRecordError(ValueError):
+    """An input record that cannot become a document."""
+
+    def __init__(self, source: str, record_index: int, reason: str) -> None:
+        self.source = source
+        self.record_index = record_index
+        self.reason = reason
+        super().__init__(
+            f"{source}: record {record_index} (line {record_index + 1} for JSONL): {reason}. "
+            "Fix the input, or set skip_bad_records=True to skip such records and count them.")
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A record that could not be read (undecodable bytes, broken JSON)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Document:
+    index: int  # the record index in its file
+    doc_id: str
+    text: str
+    num_bytes: int
+
+
+@dataclass
+class RecordCounts:
+    records: int = 0
+    empty: int = 0
+    bad: int = 0
+
+
+def _compression(path: str) -> str | None:
+    for suffix, name in ((".gz", "gzip"), (".zst", "zstd"), (".bz2", "bz2"), (".xz", "xz")):
+        if path.endswith(suffix):
+            return name
+    return None
+
+
+def read_records(path: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord | Any]]:
+    """``(record_index, record)`` for each record; unreadable ones as BadRecord."""
+    fsys, p = fs.url_to_fs(path)
+    base = path[: -len(path.rsplit(".", 1)[-1]) - 1] if _compression(path) else path
+    if base.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        with fsys.open(p, "rb") as f:
+            index = 0
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=_PARQUET_BATCH):
+                for row in batch.to_pylist():
+                    yield index, row
+                    index += 1
+        return
+    if not (base.endswith(".jsonl") or base.endswith(".json") or base.endswith(".ndjson")):
+        raise ValueError(
+            f"{path}: unsupported input format; the token cache reads JSON lines "
+            "(.jsonl, .jsonl.gz, .jsonl.zst) and Parquet (.parquet)")
+    with fsys.open(p, "rb", compression=_compression(path)) as f:
+        for index, raw in enumerate(f):
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield index, BadRecord(f"invalid UTF-8 at byte {e.start} of the line ({e.reason})")
+                continue
+            try:
+                yield index, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield index, BadRecord(f"not valid JSON ({e.msg} at column {e.colno})")
+
+
+def document_id(record: dict[str, Any], id_key: str | None, text: str) -> str:
+    """The record's id field, else a hash of its text (stable across runs and files)."""
+    if id_key and id_key in record and record[id_key] is not None:
+        return str(record[id_key])
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def iter_documents(records: Iterable[tuple[int, Any]], source: str, text_key: str = "text",
+                   id_key: str | None = "id", *, skip_bad_records: bool = False,
+                   counts: RecordCounts | None = None, limit: int | None = None,
+                   ) -> Iterator[Document]:
+    """Non-empty documents of ``records`` (from ``read_records(source)``), at most ``limit``.
+
+    Bad records raise BadRecordError, or with ``skip_bad_records`` are counted
+    in ``counts.bad``; empty texts are counted in ``counts.empty``.
+    """
+    counts = counts if counts is not None else RecordCounts()
+    if limit is not None and limit <= 0:
+        return
+    produced = 0
+    for index, record in records:
+        counts.records += 1
+        reason = None
+        text = None
+        if isinstance(record, BadRecord):
+            reason = record.reason
+        elif not isinstance(record, dict):
+            reason = f"the record is a JSON {type(record).__name__}, not an object"
+        elif text_key not in record:
+            reason = f"no field {text_key!r} (the record's keys: {sorted(record)[:20]})"
+        elif not isinstance(record[text_key], str):
+            reason = (f"field {text_key!r} is {type(record[text_key]).__name__}, not a string "
+                      f"(the record's keys: {sorted(record)[:20]})")
+        else:
+            text = record[text_key]
+        num_bytes = 0
+        if text is not None:
+            try:
+                num_bytes = len(text.encode("utf-8"))
+            except UnicodeEncodeError as e:
+                reason = f"field {text_key!r} is not valid Unicode ({e.reason} at character {e.start})"
+        if reason is not None:
+            if not skip_bad_records:
+                raise BadRecordError(source, index, reason)
+            counts.bad += 1
+            continue
+        if not text:
+            counts.empty += 1
+            continue
+        yield Document(index, document_id(record, id_key, text), text, num_bytes)
+        produced += 1
+        if limit is not None and produced >= limit:
+            return
+
+
+def held_out(doc_id: str, fraction: float) -> bool:
+    """True for documents in the held-out (validation) fraction, by a stable hash of the id."""
+    if fraction <= 0:
+        return False
+    if fraction >= 1:
+        return True
+    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8, person=b"marin-val").digest()
+    return int.from_bytes(digest, "big") < fraction * (1 << 64)
