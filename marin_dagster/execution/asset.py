@@ -50,15 +50,17 @@ class Step:
     kind: str
     version: str
     config: Any
-    upstream: Mapping[str, dg.AssetKey]
+    upstream: Mapping[str, "Step"]
     asset: dg.AssetsDefinition
 
 
 Run = Callable[[Any, Mapping[str, str], str, StepContext], Mapping[str, Any] | None]
 
-# Factories register here so that experiments only list their leaves: the
-# graph is found by following `upstream` references.
-STEPS: dict[dg.AssetKey, Step] = {}
+# Factories register each asset here so that experiments only list their
+# leaves: the graph is found by following `upstream` references. Keyed by the
+# object, not the asset key: a key may be rebuilt with another config (in a
+# notebook, a test) while older downstream assets still point at the old one.
+_STEPS: dict[int, Step] = {}
 
 
 def asset_key(name: str) -> dg.AssetKey:
@@ -67,7 +69,7 @@ def asset_key(name: str) -> dg.AssetKey:
 
 def step_for(asset: dg.AssetsDefinition) -> Step:
     try:
-        return STEPS[asset.key]
+        return _STEPS[id(asset)]
     except KeyError:
         raise ValueError(
             f"{asset.key.to_user_string()} was not made by a marin factory, so it has no version "
@@ -79,16 +81,15 @@ def upstream_closure(leaves: Sequence[dg.AssetsDefinition]) -> list[Step]:
     """The leaves and everything upstream of them, upstream first."""
     seen: dict[dg.AssetKey, Step] = {}
 
-    def visit(key: dg.AssetKey) -> None:
-        if key in seen:
+    def visit(step: Step) -> None:
+        if step.asset.key in seen:
             return
-        step = STEPS[key]
         for up in step.upstream.values():
             visit(up)
-        seen[key] = step
+        seen[step.asset.key] = step
 
     for leaf in leaves:
-        visit(step_for(leaf).asset.key)
+        visit(step_for(leaf))
     return list(seen.values())
 
 
@@ -128,10 +129,10 @@ def metadata_from_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _input_paths(storage: Any, upstream: Mapping[str, dg.AssetKey]) -> dict[str, str]:
+def _input_paths(storage: Any, upstream: Mapping[str, Step]) -> dict[str, str]:
     inputs = {}
-    for role, key in upstream.items():
-        up = STEPS[key]
+    for role, up in upstream.items():
+        key = up.asset.key
         path = storage.output_path(up.name, up.version)
         record = read_status(path)
         if record is None or record.status != StepStatus.SUCCESS:
@@ -161,12 +162,11 @@ def versioned_asset(
     key = asset_key(name)
     upstream_steps = {role: step_for(asset) for role, asset in (upstream or {}).items()}
     version = compute_version(kind, config, {role: s.version for role, s in upstream_steps.items()})
-    upstream_keys = {role: s.asset.key for role, s in upstream_steps.items()}
 
     def compute(context: dg.AssetExecutionContext, config: StepRunConfig) -> dg.MaterializeResult:
         storage = context.resources.storage
         output_path = storage.output_path(name, version)
-        inputs = _input_paths(storage, upstream_keys)
+        inputs = _input_paths(storage, upstream_steps)
         force = config.force or context.run.tags.get(FORCE_TAG, "").lower() in ("1", "true")
         step = StepContext(name, version, context.run_id, context.log, context.resources, context)
 
@@ -194,12 +194,12 @@ def versioned_asset(
     asset = dg.asset(
         key=key,
         code_version=version,
-        deps=list(upstream_keys.values()),
+        deps=[s.asset.key for s in upstream_steps.values()],
         description=f"{description}\n\nVersion `{version}`: output `{{prefix}}/{name}-{version}`.".strip(),
         required_resource_keys={"storage", *required_resources},
         op_tags=dict(op_tags or {}),
         metadata={"marin/kind": kind, "marin/version": version},
         kinds=set(kinds) or None,
     )(compute)
-    STEPS[key] = Step(name, kind, version, config, upstream_keys, asset)
+    _STEPS[id(asset)] = Step(name, kind, version, config, upstream_steps, asset)
     return asset

@@ -25,7 +25,7 @@ LOCK_FILE = ".lock.json"
 EXECUTOR_FILES = frozenset({STATUS_FILE, MANIFEST_FILE, LOCK_FILE})
 
 
-class StepStatus(str, enum.Enum):
+class StepStatus(enum.StrEnum):
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
