@@ -19,6 +19,7 @@ from marin_dagster import fs
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.step import execute_step
 from marin_dagster.execution.version import compute_version
+from marin_dagster.iris import ResourceConfig
 
 FORCE_TAG = "marin/force"
 
@@ -153,11 +154,15 @@ def versioned_asset(
     run: Run,
     upstream: Mapping[str, dg.AssetsDefinition] | None = None,
     description: str = "",
-    op_tags: Mapping[str, str] | None = None,
+    resources: str | ResourceConfig = "cpu",
     required_resources: Sequence[str] = (),
     kinds: Sequence[str] = (),
 ) -> dg.AssetsDefinition:
-    """A Dagster asset for a versioned step writing `{prefix}/{name}-{version}`."""
+    """A Dagster asset for a versioned step writing `{prefix}/{name}-{version}`.
+
+    `resources` ("cpu", "gpu:h100x8", "tpu:v5e-8", ...) is what the step needs; it is
+    not part of the version and lands in the asset's op tags for the Iris executor.
+    """
     step_config = config
     key = asset_key(name)
     upstream_steps = {role: step_for(asset) for role, asset in (upstream or {}).items()}
@@ -197,7 +202,7 @@ def versioned_asset(
         deps=[s.asset.key for s in upstream_steps.values()],
         description=f"{description}\n\nVersion `{version}`: output `{{prefix}}/{name}-{version}`.".strip(),
         required_resource_keys={"storage", *required_resources},
-        op_tags=dict(op_tags or {}),
+        op_tags=ResourceConfig.parse(resources).to_op_tags(),
         metadata={"marin/kind": kind, "marin/version": version},
         kinds=set(kinds) or None,
     )(compute)
