@@ -107,8 +107,8 @@ class TokenCacheShardWriter:
     Ids are buffered and spooled to a local temporary file past a few million
     tokens, so memory stays bounded whatever the shard size. Nothing appears
     under the shard's final names until ``finish``; ``.success`` comes last.
-    A stale ``.success`` from an earlier run is removed on open, because this
-    writer is about to replace the shard.
+    A stale ``.success`` (and any temporary file of a killed writer) is removed
+    on open, because this writer is about to replace the shard.
     """
 
     def __init__(self, shard_dir: str, dtype: Any = np.uint16) -> None:
@@ -123,6 +123,18 @@ class TokenCacheShardWriter:
         self.num_bytes = 0
         self._finished = False
         fs.remove(fs.join(self.shard_dir, SUCCESS_NAME))
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        # A writer killed mid-file leaves temporary names behind (local disks
+        # only; object stores never see partial uploads). Clear them so a
+        # rewritten shard holds exactly its three files.
+        fsys, p = fs.url_to_fs(self.shard_dir)
+        if not fs.is_local(self.shard_dir) or not fsys.isdir(p):
+            return
+        for name in fsys.ls(p, detail=False):
+            if fs.is_temp_name(name):
+                fsys.rm(name)
 
     @property
     def num_docs(self) -> int:
