@@ -1,0 +1,604 @@
+"""`iris_executor`: Dagster's step-delegating executor with an Iris step handler.
+
+Each step's `marin/resources` op tag (a ResourceConfig) decides where it runs:
+
+- CPU-only steps run as local subprocesses, at most `max_concurrent` at a time (like the
+  multiprocess executor);
+- accelerator steps go to the configured launcher: `local` (a subprocess given leased devices
+  from the machine's inventory, CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS) or `kubernetes`
+  (a dagster-k8s Job with GPU/TPU limits, node selectors and tolerations).
+
+A step that dies by preemption (SIGTERM, eviction, node lost) is retried up to
+`max_retries_preemption` times; a step process that dies without reporting for any other
+reason is retried up to `max_retries_failure` times; a step that reports its own failure
+follows the asset's Dagster `retry_policy` (none by default). Terminating the run stops the
+step process groups and deletes the run's Jobs.
+
+The handler keeps its state (queue, leases, processes) between the executor's calls to
+launch/check/terminate; the executor calls `check_step_health` every
+`check_step_health_interval_seconds`, which is also when queued steps start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import (
+    Field,
+    Map,
+    Noneable,
+    Permissive,
+    Shape,
+    executor,
+)
+from dagster import _check as check
+from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
+from dagster._core.definitions.metadata import MetadataValue
+from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
+from dagster._core.execution.plan.objects import StepRetryData
+from dagster._core.execution.retries import RetryMode, get_retries_config
+from dagster._core.execution.tags import get_tag_concurrency_limits_config
+from dagster._core.executor.base import Executor
+from dagster._core.executor.init import InitExecutorContext
+from dagster._core.executor.step_delegating import (
+    CheckStepHealthResult,
+    StepDelegatingExecutor,
+    StepHandler,
+    StepHandlerContext,
+)
+from dagster._utils.error import SerializableErrorInfo
+
+from marin_dagster.iris import placement
+from marin_dagster.iris.executor_k8s import KubernetesLauncher, KubernetesSettings, step_job_name
+from marin_dagster.iris.inventory import DeviceLeases, LocalInventory, default_lease_dir
+from marin_dagster.iris.processes import (
+    reap_group,
+    start_process_group,
+    stop_process_group,
+    was_preempted,
+)
+from marin_dagster.iris.resource_config import ResourceConfig, ResourceConfigError
+
+logger = logging.getLogger(__name__)
+
+LAUNCHERS = ("local", "kubernetes")
+WORKER_MODULE = "marin_dagster.iris.executor_worker"
+_TERMINAL_EVENTS = {
+    DagsterEventType.STEP_SUCCESS,
+    DagsterEventType.STEP_FAILURE,
+    DagsterEventType.STEP_UP_FOR_RETRY,
+}
+
+
+@dataclass(frozen=True)
+class IrisSettings:
+    """Everything the Iris executor is configured with (the executor config, IrisResource)."""
+
+    launcher: str = "local"
+    max_concurrent: int | None = None
+    inventory_gpus: tuple[str, ...] | None = None
+    inventory_gpu_type: str | None = None
+    inventory_tpu_chips: tuple[str, ...] | None = None
+    inventory_tpu_type: str | None = None
+    lease_dir: str | None = None
+    max_retries_preemption: int = 10
+    max_retries_failure: int = 0
+    termination_grace_seconds: float = 10.0
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+
+    def __post_init__(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise ResourceConfigError(
+                f"Iris launcher={self.launcher!r}; choose one of {', '.join(LAUNCHERS)}"
+            )
+        for name in ("max_retries_preemption", "max_retries_failure"):
+            if getattr(self, name) < 0:
+                raise ResourceConfigError(f"Iris {name}={getattr(self, name)} must be >= 0")
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ResourceConfigError(f"Iris max_concurrent={self.max_concurrent} must be >= 1")
+
+    @property
+    def cpu_slots(self) -> int:
+        return self.max_concurrent or os.cpu_count() or 1
+
+    def inventory(self) -> LocalInventory:
+        return LocalInventory.from_config(
+            gpus=list(self.inventory_gpus) if self.inventory_gpus is not None else None,
+            gpu_type=self.inventory_gpu_type,
+            tpu_chips=list(self.inventory_tpu_chips) if self.inventory_tpu_chips is not None else None,
+            tpu_type=self.inventory_tpu_type,
+        )
+
+    @staticmethod
+    def from_config(config: Mapping[str, Any]) -> IrisSettings:
+        """From the executor's config dict (see IRIS_EXECUTOR_CONFIG_SCHEMA)."""
+        inv = config.get("inventory") or {}
+        k8s = dict(config.get("kubernetes") or {})
+        for key in ("env_config_maps", "env_secrets", "volumes", "volume_mounts"):
+            if key in k8s:
+                k8s[key] = tuple(k8s[key])
+        return IrisSettings(
+            launcher=config.get("launcher", "local"),
+            max_concurrent=config.get("max_concurrent"),
+            inventory_gpus=tuple(inv["gpus"]) if inv.get("gpus") is not None else None,
+            inventory_gpu_type=inv.get("gpu_type"),
+            inventory_tpu_chips=tuple(inv["tpu_chips"]) if inv.get("tpu_chips") is not None else None,
+            inventory_tpu_type=inv.get("tpu_type"),
+            lease_dir=config.get("lease_dir"),
+            max_retries_preemption=config.get("max_retries_preemption", 10),
+            max_retries_failure=config.get("max_retries_failure", 0),
+            termination_grace_seconds=float(config.get("termination_grace_seconds", 10.0)),
+            kubernetes=KubernetesSettings(**k8s),
+        )
+
+
+_K8S_SCHEMA = Shape(
+    {
+        "image": Field(Noneable(str), is_required=False, default_value=None,
+                       description="Image of step pods; defaults to the run launcher's / code location's."),
+        "namespace": Field(str, is_required=False, default_value="default"),
+        "service_account_name": Field(Noneable(str), is_required=False, default_value=None,
+                                      description="Kubernetes service account (bind it to a GCP one with Workload Identity)."),
+        "image_pull_policy": Field(str, is_required=False, default_value="IfNotPresent"),
+        "env_config_maps": Field([str], is_required=False, default_value=[]),
+        "env_secrets": Field([str], is_required=False, default_value=[],
+                             description="Kubernetes Secrets whose keys all become env vars (envFrom)."),
+        "secret_env": Field(Map(str, str), is_required=False, default_value={},
+                            description="ENV_NAME -> 'secret-name:key' (valueFrom.secretKeyRef)."),
+        "env": Field(Map(str, str), is_required=False, default_value={},
+                     description="Plain, non-secret env values for step pods."),
+        "volumes": Field([Permissive()], is_required=False, default_value=[]),
+        "volume_mounts": Field([Permissive()], is_required=False, default_value=[]),
+        "labels": Field(Map(str, str), is_required=False, default_value={}),
+        "ttl_seconds_after_finished": Field(int, is_required=False, default_value=600),
+        "dagster_home": Field(str, is_required=False, default_value="/opt/dagster/dagster_home"),
+        "postgres_password_secret": Field(Noneable(str), is_required=False,
+                                          default_value="dagster-postgresql-secret"),
+        "load_incluster_config": Field(bool, is_required=False, default_value=True),
+        "kubeconfig_file": Field(Noneable(str), is_required=False, default_value=None),
+        "require_shared_instance": Field(bool, is_required=False, default_value=True),
+        "step_k8s_config": Field(Permissive(), is_required=False, default_value={}),
+    }
+)
+
+IRIS_EXECUTOR_CONFIG_SCHEMA: dict[str, Field] = {
+    "launcher": Field(str, is_required=False, default_value="local",
+                      description="Where accelerator steps run: 'local' or 'kubernetes'."),
+    "max_concurrent": Field(Noneable(int), is_required=False, default_value=None,
+                            description="CPU step subprocesses at once (default: CPU count)."),
+    "inventory": Field(
+        Shape({
+            "gpus": Field(Noneable([str]), is_required=False, default_value=None),
+            "gpu_type": Field(Noneable(str), is_required=False, default_value=None),
+            "tpu_chips": Field(Noneable([str]), is_required=False, default_value=None),
+            "tpu_type": Field(Noneable(str), is_required=False, default_value=None),
+        }),
+        is_required=False,
+        description="Local devices; detected (nvidia-smi -L, /dev/accel*) when none are listed.",
+    ),
+    "lease_dir": Field(Noneable(str), is_required=False, default_value=None,
+                       description="Directory of device lease files shared by the host's runs."),
+    "max_retries_preemption": Field(int, is_required=False, default_value=10),
+    "max_retries_failure": Field(int, is_required=False, default_value=0),
+    "termination_grace_seconds": Field(float, is_required=False, default_value=10.0),
+    "check_step_health_interval_seconds": Field(int, is_required=False, default_value=1),
+    "sleep_seconds": Field(float, is_required=False, default_value=0.5),
+    "retries": get_retries_config(),
+    "tag_concurrency_limits": get_tag_concurrency_limits_config(),
+    "kubernetes": Field(_K8S_SCHEMA, is_required=False),
+}
+
+
+@dataclass
+class _Step:
+    key: str
+    context: StepHandlerContext
+    request: ResourceConfig
+    attempt: int
+    route: str  # "local" | "kubernetes"
+    reported_at_launch: int
+    status: str = "queued"  # queued, running, exited, retry_requested, failed, terminated
+    proc: subprocess.Popen | None = None
+    returncode: int | None = None
+    devices: tuple = ()
+    job_name: str | None = None
+    namespace: str | None = None
+    waiting_logged: bool = False
+    node_logged: bool = False
+
+
+class IrisStepHandler(StepHandler):
+    """Routes each step to a local subprocess or the configured launcher (see module doc)."""
+
+    def __init__(
+        self,
+        settings: IrisSettings,
+        retries: RetryMode,
+        k8s_apis: tuple[Any, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self._settings = settings
+        self._retries = retries
+        self._k8s_apis = k8s_apis
+        self._k8s: KubernetesLauncher | None = None
+        self._inventory: LocalInventory | None = None
+        self._leases: DeviceLeases | None = None
+        self._steps: dict[str, _Step] = {}
+        self._queue: list[str] = []
+        self._preemptions: Counter[str] = Counter()
+        self._crash_retries: Counter[str] = Counter()
+        self._validated = False
+        # The executor calls from one thread; the lock guards against a caller that doesn't.
+        self._lock = threading.RLock()
+
+    @property
+    def name(self) -> str:
+        return "IrisStepHandler"
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @property
+    def inventory(self) -> LocalInventory:
+        if self._inventory is None:
+            self._inventory = self._settings.inventory()
+            self._leases = DeviceLeases(self._inventory, self._settings.lease_dir or default_lease_dir())
+        return self._inventory
+
+    @property
+    def leases(self) -> DeviceLeases:
+        self.inventory  # noqa: B018 -- creates the leases with the inventory
+        assert self._leases is not None
+        return self._leases
+
+    @property
+    def k8s(self) -> KubernetesLauncher:
+        if self._k8s is None:
+            batch, core = self._k8s_apis or (None, None)
+            self._k8s = KubernetesLauncher(self._settings.kubernetes, batch_api=batch, core_api=core)
+        return self._k8s
+
+    @staticmethod
+    def _step_key(ctx: StepHandlerContext) -> str:
+        keys = check.not_none(ctx.execute_step_args.step_keys_to_execute)
+        check.invariant(len(keys) == 1, "Iris launches one step at a time")
+        return keys[0]
+
+    def _route(self, request: ResourceConfig) -> str:
+        if request.needs_accelerator and self._settings.launcher == "kubernetes":
+            return "kubernetes"
+        return "local"
+
+    def _validate_plan(self, ctx: StepHandlerContext) -> None:
+        """Every step's request must be readable and satisfiable before anything launches."""
+        plan_context = getattr(ctx, "_plan_context", None)
+        steps = plan_context.execution_plan.steps if plan_context is not None else []
+        problems = []
+        for step in steps:
+            try:
+                request = ResourceConfig.from_op_tags(step.tags)
+                if self._route(request) == "local":
+                    self.inventory.check_feasible(request, step.key)
+            except ResourceConfigError as e:
+                problems.append(f"step {step.key!r}: {e}" if step.key not in str(e) else str(e))
+        if problems:
+            raise ResourceConfigError(
+                "Iris cannot place this run; nothing was launched:\n  " + "\n  ".join(problems)
+            )
+        if self._settings.launcher == "kubernetes" and any(
+            ResourceConfig.from_op_tags(s.tags).needs_accelerator for s in steps
+        ):
+            self._check_shared_instance(ctx)
+
+    def _check_shared_instance(self, ctx: StepHandlerContext) -> None:
+        if not self._settings.kubernetes.require_shared_instance:
+            return
+        storage = type(ctx.instance.run_storage).__name__
+        if "Sqlite" in storage or "InMemory" in storage:
+            raise ResourceConfigError(
+                f"the Kubernetes launcher needs an instance that step pods can reach (Postgres, "
+                f"as Dagster's Helm chart sets up); this run's instance uses {storage}. Point "
+                f"DAGSTER_HOME at a dagster.yaml with Postgres storage (docs/operations.md), or set "
+                f"kubernetes.require_shared_instance=false if you know the pods share it."
+            )
+
+    def _reported(self, st: _Step) -> int:
+        records = st.context.instance.get_records_for_run(
+            st.context.execute_step_args.run_id, of_type=_TERMINAL_EVENTS
+        ).records
+        return sum(1 for r in records if r.event_log_entry.step_key == st.key)
+
+    def _event(self, st: _Step, message: str, metadata: Mapping[str, Any] | None = None) -> DagsterEvent:
+        return DagsterEvent.engine_event(
+            st.context.get_step_context(st.key),
+            message,
+            EngineEventData(metadata={k: MetadataValue.text(str(v)) for k, v in (metadata or {}).items()}),
+        )
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        for st in self._steps.values():
+            if st.status == "running" and st.proc is not None:
+                rc = st.proc.poll()
+                if rc is not None:
+                    st.status, st.returncode = "exited", rc
+                    reap_group(st.proc)
+                    if st.devices:
+                        self.leases.release(st.key)
+
+    def _running_cpu(self) -> int:
+        return sum(
+            1 for st in self._steps.values()
+            if st.status == "running" and st.route == "local" and not st.request.needs_accelerator
+        )
+
+    def _schedule(self) -> list[DagsterEvent]:
+        events = []
+        for key in list(self._queue):
+            st = self._steps[key]
+            event = self._try_start(st)
+            if event is not None:
+                self._queue.remove(key)
+                events.append(event)
+        return events
+
+    def _try_start(self, st: _Step) -> DagsterEvent | None:
+        if st.route == "kubernetes":
+            return self._start_k8s(st)
+        devices: tuple = ()
+        if st.request.needs_accelerator:
+            got = self.leases.acquire(st.key, st.request)
+            if got is None:
+                if not st.waiting_logged:
+                    st.waiting_logged = True
+                    self._event(
+                        st,
+                        f'Step "{st.key}" waits for {st.request.accelerator_count} '
+                        f"{st.request.device.kind.upper()}(s): its devices are busy",
+                        {"requested": st.request, "devices": self.leases.holders(st.request)},
+                    )
+                return None
+            devices = got
+        elif self._running_cpu() >= self._settings.cpu_slots:
+            return None
+        return self._start_local(st, devices)
+
+    def _start_local(self, st: _Step, devices: tuple) -> DagsterEvent:
+        args = st.context.execute_step_args
+        host = socket.gethostname()
+        assigned = ",".join(str(d) for d in devices)
+        env = dict(os.environ)
+        env.update({e["name"]: e["value"] for e in args.get_command_env()})
+        env.update(placement.device_env(devices))
+        env.update({
+            placement.REQUESTED_ENV: st.request.to_string(),
+            placement.ASSIGNED_DEVICES_ENV: assigned,
+            placement.HOST_ENV: host,
+            placement.LAUNCHER_ENV: "local",
+            placement.ATTEMPT_ENV: str(st.attempt),
+            "DAGSTER_RUN_STEP_KEY": st.key,
+        })
+        executable = args.job_origin.executable_path or sys.executable
+        try:
+            st.proc = start_process_group([executable, "-m", WORKER_MODULE], env)
+        except OSError:
+            if devices:
+                self.leases.release(st.key)
+            raise
+        st.status, st.devices = "running", devices
+        visible = {k: env[k] for k in placement.device_env(devices)}
+        return DagsterEvent.step_worker_starting(
+            st.context.get_step_context(st.key),
+            message=(
+                f'Iris runs step "{st.key}" locally on {host} (pid {st.proc.pid}): asked for '
+                f"{st.request}, given {assigned or 'no accelerator'}."
+            ),
+            metadata={
+                "iris/requested": MetadataValue.text(st.request.to_string()),
+                "iris/assigned": MetadataValue.text(assigned or "none"),
+                "iris/host": MetadataValue.text(host),
+                "iris/launcher": MetadataValue.text("local"),
+                "iris/attempt": MetadataValue.text(str(st.attempt)),
+                "pid": MetadataValue.text(str(st.proc.pid)),
+                "env": MetadataValue.json(visible),
+            },
+        )
+
+    def _start_k8s(self, st: _Step) -> DagsterEvent:
+        ctx = st.context
+        args = ctx.execute_step_args
+        image = self._settings.kubernetes.image or args.job_origin.repository_origin.container_image
+        executable = args.job_origin.executable_path or "python"
+        job, namespace = self.k8s.render_job(
+            run=ctx.dagster_run,
+            run_launcher=ctx.instance.run_launcher,
+            step_key=st.key,
+            attempt=st.attempt,
+            step_tags=ctx.step_tags[st.key],
+            command=[executable, "-m", WORKER_MODULE],
+            command_env=args.get_command_env(),
+            image=image,
+        )
+        self.k8s.create(job, namespace)
+        st.status, st.job_name, st.namespace = "running", job.metadata.name, namespace
+        container = job.spec.template.spec.containers[0]
+        return DagsterEvent.step_worker_starting(
+            ctx.get_step_context(st.key),
+            message=(
+                f'Iris runs step "{st.key}" as Kubernetes Job {namespace}/{job.metadata.name}: '
+                f"asked for {st.request}."
+            ),
+            metadata={
+                "iris/requested": MetadataValue.text(st.request.to_string()),
+                "iris/launcher": MetadataValue.text("kubernetes"),
+                "iris/attempt": MetadataValue.text(str(st.attempt)),
+                "Kubernetes Job name": MetadataValue.text(job.metadata.name),
+                "namespace": MetadataValue.text(namespace),
+                "limits": MetadataValue.json(dict(container.resources.limits or {})),
+                "node_selector": MetadataValue.json(dict(job.spec.template.spec.node_selector or {})),
+            },
+        )
+
+    # -- StepHandler -----------------------------------------------------------------------------
+
+    def launch_step(self, step_handler_context: StepHandlerContext) -> Iterator[DagsterEvent]:
+        with self._lock:
+            if not self._validated:
+                self._validate_plan(step_handler_context)
+                self._validated = True
+            key = self._step_key(step_handler_context)
+            request = ResourceConfig.from_op_tags(step_handler_context.step_tags[key])
+            known = step_handler_context.execute_step_args.known_state
+            attempt = known.get_retry_state().get_attempt_count(key) if known else 0
+            st = _Step(
+                key=key,
+                context=step_handler_context,
+                request=request,
+                attempt=attempt,
+                route=self._route(request),
+                reported_at_launch=0,
+            )
+            st.reported_at_launch = self._reported(st)
+            self._steps[key] = st
+            self._queue.append(key)
+            self._poll()
+            events = self._schedule()
+        yield from events
+
+    def check_step_health(self, step_handler_context: StepHandlerContext) -> CheckStepHealthResult:
+        with self._lock:
+            self._poll()
+            self._schedule()
+            key = self._step_key(step_handler_context)
+            st = self._steps.get(key)
+            if st is None:
+                return CheckStepHealthResult.unhealthy(
+                    f"step {key} is not known to this Iris executor (was the run worker restarted?)"
+                )
+            if st.status in ("queued", "retry_requested", "failed", "terminated"):
+                return CheckStepHealthResult.healthy()
+            if st.route == "local":
+                if st.status == "running" or st.returncode == 0:
+                    return CheckStepHealthResult.healthy()
+                rc = st.returncode
+                return self._after_death(
+                    st, was_preempted(rc), f"step process exited with code {rc}"
+                    + (" (SIGTERM: preempted)" if was_preempted(rc) else ""),
+                )
+            state = self.k8s.state(check.not_none(st.job_name), check.not_none(st.namespace))
+            if state.phase == "running":
+                self._log_node(st)
+                return CheckStepHealthResult.healthy()
+            if state.phase == "succeeded":
+                return CheckStepHealthResult.healthy()
+            return self._after_death(st, state.phase == "preempted", state.reason)
+
+    def _log_node(self, st: _Step) -> None:
+        if st.node_logged:
+            return
+        pods = self.k8s.client.core_api.list_namespaced_pod(
+            namespace=st.namespace, label_selector=f"job-name={st.job_name}"
+        ).items
+        nodes = sorted({p.spec.node_name for p in pods if p.spec is not None and p.spec.node_name})
+        if nodes:
+            st.node_logged = True
+            self._event(st, f'Step "{st.key}" runs on node {", ".join(nodes)}',
+                        {"iris/host": ", ".join(nodes), "Kubernetes Job name": st.job_name})
+
+    def _after_death(self, st: _Step, preempted: bool, reason: str) -> CheckStepHealthResult:
+        """The step's process/pod is gone without success: retry it or report it failed."""
+        if self._reported(st) > st.reported_at_launch:
+            # The step recorded its own outcome (success, failure, retry request) before exiting.
+            return CheckStepHealthResult.healthy()
+        retries_on = not self._retries.disabled
+        if preempted:
+            counter, limit, kind = self._preemptions, self._settings.max_retries_preemption, "preemption"
+        else:
+            counter, limit, kind = self._crash_retries, self._settings.max_retries_failure, "failure"
+        if retries_on and counter[st.key] < limit:
+            counter[st.key] += 1
+            st.status = "retry_requested"
+            DagsterEvent.step_retry_event(
+                st.context.get_step_context(st.key),
+                StepRetryData(
+                    error=SerializableErrorInfo(
+                        message=f"{reason}; Iris retries it ({kind} retry {counter[st.key]} of {limit})",
+                        stack=[],
+                        cls_name="Preempted" if preempted else "StepProcessDied",
+                    ),
+                    seconds_to_wait=None,
+                ),
+            )
+            return CheckStepHealthResult.healthy()
+        st.status = "failed"
+        detail = (
+            f" after {counter[st.key]} {kind} retries (max_retries_{kind}={limit})"
+            if retries_on else " (retries are disabled)"
+        )
+        return CheckStepHealthResult.unhealthy(reason + detail)
+
+    def terminate_step(self, step_handler_context: StepHandlerContext) -> Iterator[DagsterEvent]:
+        with self._lock:
+            key = self._step_key(step_handler_context)
+            st = self._steps.get(key)
+            if st is None:
+                return
+            if key in self._queue:
+                self._queue.remove(key)
+            previous, st.status = st.status, "terminated"
+            if st.route == "local" and st.proc is not None:
+                rc = stop_process_group(st.proc, self._settings.termination_grace_seconds)
+                if st.devices:
+                    self.leases.release(st.key)
+                message = f'Iris stopped step "{key}" (process group {st.proc.pid}, exit {rc})'
+            elif st.route == "kubernetes" and previous != "queued":
+                namespace = check.not_none(st.namespace)
+                deleted = self.k8s.delete_run_jobs(st.context.execute_step_args.run_id, namespace)
+                if st.job_name and st.job_name not in deleted:
+                    self.k8s.delete(st.job_name, namespace)
+                message = f'Iris deleted the Kubernetes Jobs of this run: {", ".join(deleted) or st.job_name}'
+            else:
+                message = f'Iris dropped queued step "{key}"'
+        yield self._event(st, message)
+
+
+@executor(
+    name="iris",
+    config_schema=IRIS_EXECUTOR_CONFIG_SCHEMA,
+    requirements=multiple_process_executor_requirements(),
+)
+def iris_executor(init_context: InitExecutorContext) -> Executor:
+    """Runs CPU steps as local subprocesses and accelerator steps on the Iris launcher.
+
+    Configure it in run config (`execution: {config: {...}}`) or bind a configured copy:
+    `IrisResource(...).executor()`. Steps say what they need with the `marin/resources` op tag
+    (`ResourceConfig.to_op_tags()`).
+    """
+    config = init_context.executor_config
+    settings = IrisSettings.from_config(config)
+    retries = RetryMode.from_config(config["retries"])
+    return StepDelegatingExecutor(
+        IrisStepHandler(settings, check.not_none(retries)),
+        retries=check.not_none(retries),
+        sleep_seconds=config.get("sleep_seconds"),
+        check_step_health_interval_seconds=config.get("check_step_health_interval_seconds"),
+        tag_concurrency_limits=config.get("tag_concurrency_limits"),
+    )
+
+
+__all__ = [
+    "IRIS_EXECUTOR_CONFIG_SCHEMA",
+    "IrisSettings",
+    "IrisStepHandler",
+    "iris_executor",
+    "step_job_name",
+]

@@ -1,0 +1,306 @@
+"""The Kubernetes launcher: one dagster-k8s Job per accelerator step, found again by labels.
+
+Jobs are rendered by dagster-k8s (`construct_dagster_k8s_job`) from three layers merged in
+order: the deployment (K8sRunLauncher settings when the instance has one, else
+`KubernetesSettings`), the step's `dagster-k8s/config` op tag (limits, node selectors,
+tolerations from its ResourceConfig) and Iris's own additions (labels, TTL, placement env).
+Secrets only ever enter pods as `envFrom.secretRef` or `valueFrom.secretKeyRef`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import kubernetes
+from dagster_k8s.client import DagsterKubernetesClient
+from dagster_k8s.container_context import K8sContainerContext
+from dagster_k8s.job import (
+    DagsterK8sJobConfig,
+    UserDefinedDagsterK8sConfig,
+    construct_dagster_k8s_job,
+    get_k8s_job_name,
+    get_user_defined_k8s_config,
+)
+from dagster_k8s.launcher import K8sRunLauncher
+
+from marin_dagster.iris import placement
+from marin_dagster.iris.resource_config import (
+    TPU_GENERATIONS,
+    ResourceConfig,
+    ResourceConfigError,
+    TpuConfig,
+)
+
+logger = logging.getLogger(__name__)
+
+RUN_ID_LABEL = "dagster/run-id"
+STEP_LABEL = "marin/iris-step"
+ATTEMPT_LABEL = "marin/iris-attempt"
+MANAGED_LABEL = "marin/iris"
+
+# Pod conditions/reasons Kubernetes uses when a pod is taken away rather than failing itself.
+_PREEMPTION_REASONS = {"Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown", "Terminated",
+                       "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"}
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """Where and how accelerator step Jobs run (used when the instance has no K8sRunLauncher)."""
+
+    image: str | None = None
+    namespace: str = "default"
+    service_account_name: str | None = None
+    image_pull_policy: str = "IfNotPresent"
+    # Whole ConfigMaps / Secrets as environment (envFrom).
+    env_config_maps: tuple[str, ...] = ()
+    env_secrets: tuple[str, ...] = ()
+    # ENV_NAME -> "secret-name:key", as valueFrom.secretKeyRef.
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    # Plain, non-secret values.
+    env: Mapping[str, str] = field(default_factory=dict)
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ttl_seconds_after_finished: int = 600
+    # How the step pods reach the run's instance (Dagster Helm chart defaults).
+    dagster_home: str = "/opt/dagster/dagster_home"
+    postgres_password_secret: str | None = "dagster-postgresql-secret"
+    load_incluster_config: bool = True
+    kubeconfig_file: str | None = None
+    # Step pods write events to the run's instance: refuse an instance only this host can read.
+    require_shared_instance: bool = True
+    # Raw dagster-k8s config merged into every step Job (UserDefinedDagsterK8sConfig fields).
+    step_k8s_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def secret_env_vars(self) -> list[dict[str, Any]]:
+        env = []
+        for name, ref in sorted(self.secret_env.items()):
+            secret, sep, key = ref.partition(":")
+            if not sep or not secret or not key:
+                raise ResourceConfigError(
+                    f"kubernetes.secret_env[{name!r}]={ref!r}: write 'secret-name:key' "
+                    f"(the Kubernetes Secret and the key inside it)"
+                )
+            env.append({"name": name, "value_from": {"secret_key_ref": {"name": secret, "key": key}}})
+        return env
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What became of a step Job: running, succeeded, preempted, failed or missing."""
+
+    phase: str
+    reason: str = ""
+
+
+def step_job_name(run_id: str, step_key: str, attempt: int) -> str:
+    name = f"iris-step-{get_k8s_job_name(run_id, step_key)}"
+    return f"{name}-{attempt}" if attempt else name
+
+
+def _sanitize_label(value: str) -> str:
+    from dagster_k8s.utils import sanitize_k8s_label
+
+    return sanitize_k8s_label(value)
+
+
+class KubernetesLauncher:
+    """Creates, watches and deletes step Jobs through a DagsterKubernetesClient."""
+
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        batch_api: Any | None = None,
+        core_api: Any | None = None,
+    ) -> None:
+        self.settings = settings
+        if batch_api is None or core_api is None:
+            if settings.load_incluster_config:
+                kubernetes.config.load_incluster_config()
+            else:
+                kubernetes.config.load_kube_config(settings.kubeconfig_file)
+        self.client = DagsterKubernetesClient.production_client(
+            batch_api_override=batch_api, core_api_override=core_api
+        )
+
+    # -- rendering -------------------------------------------------------------------------
+
+    def container_context(
+        self, run: Any, run_launcher: Any, step_tags: Mapping[str, str], extra_env: Sequence[Mapping[str, Any]],
+        labels: Mapping[str, str], request: ResourceConfig,
+    ) -> K8sContainerContext:
+        s = self.settings
+        base = K8sContainerContext(
+            image_pull_policy=s.image_pull_policy,
+            service_account_name=s.service_account_name,
+            env_config_maps=list(s.env_config_maps),
+            env_secrets=list(s.env_secrets),
+            volumes=list(s.volumes),
+            volume_mounts=list(s.volume_mounts),
+            labels=dict(s.labels),
+            namespace=s.namespace,
+            run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(dict(s.step_k8s_config)),
+        )
+        if isinstance(run_launcher, K8sRunLauncher):
+            # The deployment's own settings (Helm values) come first; ours refine them.
+            base = K8sContainerContext.create_for_run(run, run_launcher, include_run_tags=False).merge(base)
+        additions = {
+            "container_config": {
+                "env": [
+                    *[{"name": k, "value": v} for k, v in sorted(s.env.items())],
+                    *s.secret_env_vars(),
+                    *extra_env,
+                ]
+            },
+            "job_spec_config": {
+                "ttl_seconds_after_finished": s.ttl_seconds_after_finished,
+                # Iris decides about retries (preemption vs. failure), not the Job controller.
+                "backoff_limit": 0,
+            },
+            "job_metadata": {"labels": dict(labels)},
+            "pod_template_spec_metadata": {"labels": dict(labels)},
+        }
+        if isinstance(request.device, TpuConfig) and request.device.hosts > 1:
+            raise ResourceConfigError(
+                f"{request} spans {request.device.hosts} TPU hosts; the Kubernetes launcher runs "
+                f"single-host slices (up to {TPU_GENERATIONS[request.device.generation].max_single_host_chips} "
+                f"chips for {request.device.generation}): ask for a single-host slice"
+            )
+        if request.replicas > 1:
+            raise ResourceConfigError(
+                f"{request}: replicas={request.replicas} (multislice) is not supported by the "
+                f"Kubernetes launcher; use replicas=1"
+            )
+        return base.merge(
+            K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(dict(step_tags)))
+        ).merge(K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(additions)))
+
+    def render_job(
+        self,
+        *,
+        run: Any,
+        run_launcher: Any,
+        step_key: str,
+        attempt: int,
+        step_tags: Mapping[str, str],
+        command: Sequence[str],
+        command_env: Sequence[Mapping[str, Any]],
+        image: str | None,
+    ) -> tuple[kubernetes.client.V1Job, str]:
+        """The V1Job for one step attempt, and its namespace."""
+        request = ResourceConfig.from_op_tags(step_tags)
+        job_name = step_job_name(run.run_id, step_key, attempt)
+        labels = {
+            RUN_ID_LABEL: run.run_id,
+            "dagster/job": run.job_name,
+            "dagster/op": step_key,
+            STEP_LABEL: step_key,
+            ATTEMPT_LABEL: str(attempt),
+            MANAGED_LABEL: "step",
+        }
+        extra_env = [
+            *command_env,
+            {"name": "DAGSTER_RUN_JOB_NAME", "value": run.job_name},
+            {"name": "DAGSTER_RUN_STEP_KEY", "value": step_key},
+            {"name": placement.REQUESTED_ENV, "value": request.to_string()},
+            {"name": placement.LAUNCHER_ENV, "value": "kubernetes"},
+            {"name": placement.ATTEMPT_ENV, "value": str(attempt)},
+            {"name": placement.K8S_JOB_ENV, "value": job_name},
+            {"name": placement.HOST_ENV, "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
+            {"name": placement.K8S_POD_ENV, "value_from": {"field_ref": {"field_path": "metadata.name"}}},
+            {"name": placement.ASSIGNED_DEVICES_ENV, "value": _assigned_devices(request)},
+        ]
+        context = self.container_context(run, run_launcher, step_tags, extra_env, labels, request)
+        if isinstance(run_launcher, K8sRunLauncher):
+            job_config = context.get_k8s_job_config(image, run_launcher)
+        else:
+            job_config = DagsterK8sJobConfig(
+                job_image=image,
+                dagster_home=self.settings.dagster_home,
+                postgres_password_secret=self.settings.postgres_password_secret,
+            )
+        if not job_config.job_image:
+            raise ResourceConfigError(
+                f"step {step_key!r}: no image for its Kubernetes Job; set IrisResource "
+                f"kubernetes.image (or run under a K8sRunLauncher / a code location with an image)"
+            )
+        job = construct_dagster_k8s_job(
+            job_config=job_config,
+            args=list(command),
+            job_name=job_name,
+            pod_name=job_name,
+            component="iris_step",
+            user_defined_k8s_config=context.run_k8s_config,
+            labels={k: _sanitize_label(v) for k, v in labels.items()},
+        )
+        return job, context.namespace or self.settings.namespace
+
+    # -- API calls ---------------------------------------------------------------------------
+
+    def create(self, job: kubernetes.client.V1Job, namespace: str) -> None:
+        self.client.create_namespaced_job_with_retries(body=job, namespace=namespace)
+
+    def state(self, job_name: str, namespace: str) -> JobState:
+        status = self.client.get_job_status(job_name=job_name, namespace=namespace)
+        if status is None:
+            return JobState("missing", f"Kubernetes Job {job_name} was not found")
+        if status.succeeded:
+            return JobState("succeeded")
+        if not status.failed:
+            return JobState("running")
+        pods = self.client.core_api.list_namespaced_pod(
+            namespace=namespace, label_selector=f"job-name={job_name}"
+        ).items
+        return classify_failed_pods(job_name, pods)
+
+    def delete(self, job_name: str, namespace: str) -> None:
+        self.client.delete_job(job_name=job_name, namespace=namespace)
+
+    def delete_run_jobs(self, run_id: str, namespace: str) -> list[str]:
+        """Delete every step Job (and its pods) of a run; returns the deleted Job names."""
+        selector = f"{RUN_ID_LABEL}={_sanitize_label(run_id)},{MANAGED_LABEL}=step"
+        jobs = self.client.batch_api.list_namespaced_job(namespace=namespace, label_selector=selector).items
+        names = [j.metadata.name for j in jobs]
+        for name in names:
+            self.client.batch_api.delete_namespaced_job(
+                name=name, namespace=namespace, propagation_policy="Foreground"
+            )
+        return names
+
+
+def classify_failed_pods(job_name: str, pods: Sequence[Any]) -> JobState:
+    """A failed Job's pods say whether it was preempted (evicted, node lost, SIGTERM) or failed."""
+    if not pods:
+        # Pods vanish with their node (node lost, Spot reclaim) before the Job records why.
+        return JobState("preempted", f"Kubernetes Job {job_name} failed and its pod is gone (node lost)")
+    for pod in pods:
+        status = pod.status
+        if status is None:
+            continue
+        if status.reason in _PREEMPTION_REASONS:
+            return JobState("preempted", f"pod {pod.metadata.name}: {status.reason} {status.message or ''}".strip())
+        for condition in status.conditions or []:
+            if condition.type == "DisruptionTarget" and condition.status == "True":
+                return JobState("preempted", f"pod {pod.metadata.name}: {condition.reason or 'disrupted'}")
+        for cs in status.container_statuses or []:
+            terminated = cs.state.terminated if cs.state else None
+            if terminated and terminated.exit_code == 143:
+                return JobState("preempted", f"pod {pod.metadata.name}: container got SIGTERM (exit 143)")
+            if terminated and terminated.exit_code:
+                return JobState(
+                    "failed",
+                    f"pod {pod.metadata.name}: container exited {terminated.exit_code} ({terminated.reason or 'Error'})",
+                )
+    return JobState("failed", f"Kubernetes Job {job_name} failed")
+
+
+def _assigned_devices(request: ResourceConfig) -> str:
+    if not request.needs_accelerator:
+        return ""
+    device = request.device
+    if isinstance(device, TpuConfig):
+        return f"tpu:{device.variant} ({device.chips_per_host} chips, topology {device.topology})"
+    return f"{device.spec()} (nvidia.com/gpu={device.count})"

@@ -1,0 +1,34 @@
+"""Entry point of an Iris step process: `dagster api execute_step`, except for SIGTERM.
+
+Dagster maps SIGTERM onto its interrupt handling, so a preempted step would record an ordinary
+STEP_FAILURE and never be retried. Here SIGTERM keeps its default action: the process dies by
+the signal without reporting, and the Iris step handler, which sees exit -15 (or a pod's 143),
+retries it as a preemption. Run termination uses SIGINT, which Dagster still records.
+
+    python -m marin_dagster.iris.executor_worker   # args in DAGSTER_COMPRESSED_EXECUTE_STEP_ARGS
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from dagster._utils import interrupts
+
+
+def _keep_sigterm_default() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def main(argv: list[str] | None = None) -> None:
+    # Dagster re-installs its handlers whenever it enters an interrupt scope; patch the hook.
+    interrupts.setup_interrupt_handlers = _keep_sigterm_default
+    _keep_sigterm_default()
+    from dagster._cli.api import execute_step_command
+
+    execute_step_command.main(args=argv if argv is not None else sys.argv[1:],
+                              prog_name="dagster api execute_step")
+
+
+if __name__ == "__main__":
+    main()
