@@ -1,0 +1,28 @@
+"""Where tasks run: in the driver (inline), in local worker processes, or on Ray."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marin_dagster.zephyr.backends.base import Backend, WorkerLost
+
+BACKENDS = ("local", "ray", "inline")
+
+
+def make_backend(name: str, max_workers: int, **options: Any) -> Backend:
+    if name == "local":
+        from marin_dagster.zephyr.backends.local import LocalBackend
+
+        return LocalBackend(max_workers, **options)
+    if name == "ray":
+        from marin_dagster.zephyr.backends.ray_backend import RayBackend
+
+        return RayBackend(max_workers, **options)
+    if name == "inline":
+        from marin_dagster.zephyr.backends.inline import InlineBackend
+
+        return InlineBackend()
+    raise ValueError(f"unknown Zephyr backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+__all__ = ["BACKENDS", "Backend", "WorkerLost", "make_backend"]

@@ -1,0 +1,76 @@
+"""Ray: the distributed backend for pipelines that outgrow one machine.
+
+Tasks are plain Ray tasks (one per shard) running the same worker code as the
+local backend. Ray's own retries are off: the driver retries, so both
+backends count failures the same way. `stage_resources` become Ray task
+options (num_cpus, memory, resources=...). Scratch and shared objects live
+under the context's scratch folder, which must be visible to every node
+(one machine, or a shared mount).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from marin_dagster.zephyr.backends.base import WorkerLost, dumps_task, loads_result, run_task_bytes
+from marin_dagster.zephyr.runtime import Task, TaskResult
+
+logger = logging.getLogger(__name__)
+
+
+def _ray_run(payload: bytes) -> bytes:
+    return run_task_bytes(payload)
+
+
+class RayBackend:
+    def __init__(self, max_workers: int, address: str | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise ImportError("backend='ray' needs Ray: pip install 'marin-dagster[ray]'") from None
+        self._ray = ray
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address)
+            else:
+                ray.init(num_cpus=max(1, max_workers), include_dashboard=False,
+                         log_to_driver=False)
+        self.capacity = max(1, max_workers)
+        self._remote = ray.remote(max_retries=0)(_ray_run)
+        self._refs: dict[Any, Any] = {}
+
+    def submit(self, key: Any, task: Task, resources: dict[str, Any]) -> None:
+        options = {"num_cpus": resources.get("num_cpus", 1)}
+        for name in ("memory", "num_gpus", "resources"):
+            if name in resources:
+                options[name] = resources[name]
+        ref = self._remote.options(**options).remote(dumps_task(task))
+        self._refs[ref] = key
+
+    def poll(self, timeout: float) -> list[tuple[Any, TaskResult | WorkerLost]]:
+        if not self._refs:
+            return []
+        ray = self._ray
+        ready, _ = ray.wait(list(self._refs), num_returns=1, timeout=timeout)
+        rest = [r for r in self._refs if r not in ready]
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready = ready + more
+        out: list[tuple[Any, TaskResult | WorkerLost]] = []
+        for ref in ready:
+            key = self._refs.pop(ref)
+            try:
+                out.append((key, loads_result(ray.get(ref))))
+            except ray.exceptions.RayError as e:
+                logger.warning("Ray task for %s was lost: %s", key, e)
+                out.append((key, WorkerLost(f"{type(e).__name__}: {e}")))
+        return out
+
+    def shutdown(self) -> None:
+        for ref in list(self._refs):
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                logger.debug("could not cancel %s", ref)
+        self._refs = {}

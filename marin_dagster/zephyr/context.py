@@ -1,0 +1,385 @@
+"""ZephyrContext: plans a Dataset and drives its stages on a backend (the driver side).
+
+Stages run in order; each stage's shards run as tasks on the backend, at
+most `max_workers` at a time. A task that raises is retried up to
+`max_shard_failures` attempts unless the error is a user error (ValueError,
+TypeError, KeyError), which fails the run at once. A task whose worker died
+is rerun in a new worker. Each attempt writes its scratch files under its
+own folder and output files atomically, and only the attempt that succeeds
+is used, so retries never duplicate output.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from marin_dagster import fs
+from marin_dagster.zephyr import shared
+from marin_dagster.zephyr.backends import Backend, WorkerLost, make_backend
+from marin_dagster.zephyr.counters import Counters
+from marin_dagster.zephyr.dataset import Dataset
+from marin_dagster.zephyr.plan import (
+    ChunkInput,
+    CollectSink,
+    ItemsInput,
+    JoinStep,
+    MaterializeSink,
+    PhysicalPlan,
+    ReduceSink,
+    ScatterSink,
+    ShuffleInput,
+    Stage,
+    WriteSink,
+    compute_plan,
+)
+from marin_dagster.zephyr.progress import ProgressEvent, StageProgress
+from marin_dagster.zephyr.runtime import Task
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MEMORY_BUDGET = 512 << 20
+
+
+class ShardFailedError(RuntimeError):
+    """A shard failed for good: a user error, or too many failed attempts."""
+
+    def __init__(self, message: str, stage: int, shard: int, attempts: int):
+        super().__init__(message)
+        self.stage = stage
+        self.shard = shard
+        self.attempts = attempts
+
+
+@dataclass
+class ZephyrExecutionResult:
+    """What execute() returns: the final stage's items (paths for writes) and counters."""
+
+    results: list[Any]
+    counters: Counters = field(default_factory=Counters)
+    plan: str = ""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+
+def _split_materialized(values: list[tuple[str, list[int]]], n: int) -> list[ChunkInput]:
+    """Cut the concatenation of materialized shards into n contiguous, balanced inputs."""
+    chunks: list[tuple[str, int, int, int]] = []  # path, chunk index, first record, count
+    offset = 0
+    for path, counts in values:
+        for ci, c in enumerate(counts):
+            chunks.append((path, ci, offset, c))
+            offset += c
+    total = offset
+    bounds = [round(j * total / n) for j in range(n + 1)]
+    out = []
+    for j in range(n):
+        lo, hi = bounds[j], bounds[j + 1]
+        slices: list[tuple[str, int, int]] = []
+        skip = 0
+        for path, ci, first, c in chunks:
+            if first + c <= lo or first >= hi:
+                continue
+            if not slices:
+                skip = lo - first
+            if slices and slices[-1][0] == path and slices[-1][2] == ci:
+                slices[-1] = (path, slices[-1][1], ci + 1)
+            else:
+                slices.append((path, ci, ci + 1))
+        out.append(ChunkInput(slices, skip, hi - lo))
+    return out
+
+
+class ZephyrContext:
+    """Runs Datasets.
+
+    max_workers: concurrent tasks (default: the CPU count).
+    backend: "local" (worker processes, the default), "ray", or "inline" (in this process).
+    memory_budget: bytes of records one task buffers in a shuffle before spilling a run.
+    stage_resources: per-stage task resources, keyed by stage index or by a substring of
+        the stage name (e.g. {"group_by": {"num_cpus": 2}}); Ray passes them to ray tasks,
+        the local backend runs max_workers // num_cpus such tasks at once.
+    max_shard_failures: attempts per shard before the run fails (user errors: one).
+    progress: called with a ProgressEvent at each stage start and finished shard.
+    """
+
+    def __init__(self, max_workers: int | None = None, backend: str = "local",
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET,
+                 stage_resources: dict[int | str, dict[str, Any]] | None = None,
+                 max_shard_failures: int = 3, max_worker_losses: int = 5,
+                 scratch_dir: str | None = None,
+                 progress: Callable[[ProgressEvent], Any] | None = None,
+                 progress_bar: bool | None = None, **backend_options: Any):
+        if memory_budget <= 0:
+            raise ValueError(f"memory_budget must be positive, got {memory_budget}")
+        if max_shard_failures < 1:
+            raise ValueError(f"max_shard_failures must be at least 1, got {max_shard_failures}")
+        self.max_workers = max_workers or os.cpu_count() or 1
+        self.backend_name = backend
+        self.memory_budget = memory_budget
+        self.stage_resources = dict(stage_resources or {})
+        self.max_shard_failures = max_shard_failures
+        self.max_worker_losses = max_worker_losses
+        self.progress = progress
+        self.progress_bar = progress_bar
+        self._backend_options = backend_options
+        self._backend: Backend | None = None
+        self._scratch_root = tempfile.mkdtemp(prefix="zephyr-", dir=scratch_dir)
+        self._shared: dict[str, str] = {}
+        self._finalizer = weakref.finalize(self, ZephyrContext._cleanup, self._scratch_root, [None])
+        if backend not in ("local", "ray", "inline"):
+            raise ValueError(f"unknown Zephyr backend {backend!r}; choose 'local', 'ray' or 'inline'")
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    @staticmethod
+    def _cleanup(scratch: str, backend_box: list[Any]) -> None:
+        if backend_box[0] is not None:
+            with contextlib.suppress(Exception):
+                backend_box[0].shutdown()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    def _get_backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = make_backend(self.backend_name, self.max_workers, **self._backend_options)
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, ZephyrContext._cleanup, self._scratch_root,
+                                               [self._backend])
+        return self._backend
+
+    def _discard_backend(self) -> None:
+        if self._backend is not None:
+            with contextlib.suppress(Exception):
+                self._backend.shutdown()
+            self._backend = None
+
+    def shutdown(self) -> None:
+        """Stop the workers and remove scratch and shared objects."""
+        self._discard_backend()
+        for path in self._shared.values():
+            shared.forget(path)
+        self._shared = {}
+        shutil.rmtree(self._scratch_root, ignore_errors=True)
+
+    def __enter__(self) -> ZephyrContext:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    # --- shared objects -------------------------------------------------------------
+
+    def upload_shared(self, name: str, obj: Any) -> None:
+        """Make `obj` available to every task as get_shared(name), shipped once per worker."""
+        folder = os.path.join(self._scratch_root, "shared")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{uuid.uuid4().hex}.pkl")
+        with open(path, "wb") as f:
+            cloudpickle.dump(obj, f)
+        old = self._shared.get(name)
+        if old:
+            shared.forget(old)
+        self._shared[name] = path
+
+    def get_shared(self, name: str) -> Any:
+        token = shared.set_registry(self._shared)
+        try:
+            return shared.get_shared(name)
+        finally:
+            shared.reset_registry(token)
+
+    # --- execution ------------------------------------------------------------------
+
+    def execute(self, dataset: Dataset, dry_run: bool = False) -> ZephyrExecutionResult:
+        """Run `dataset`; with dry_run, only plan it (the plan is logged and returned)."""
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"execute() takes a Dataset, got {type(dataset).__name__}")
+        plan = compute_plan(dataset)
+        description = plan.describe()
+        counters = Counters()
+        counters.builtin["stages"] = len(plan.stages)
+        if dry_run:
+            logger.info("Zephyr plan (dry run):\n%s", description)
+            return ZephyrExecutionResult([], counters, description)
+        logger.debug("Zephyr plan:\n%s", description)
+        exec_dir = tempfile.mkdtemp(prefix="exec-", dir=self._scratch_root)
+        try:
+            results = self._run_plan(plan, exec_dir, counters)
+        except BaseException:
+            # Workers may still run tasks of this run; never let them answer the next one.
+            self._discard_backend()
+            raise
+        finally:
+            shutil.rmtree(exec_dir, ignore_errors=True)
+        return ZephyrExecutionResult(results, counters, description)
+
+    def _fully_skipped(self, stage: Stage, cache: dict[int, bool]) -> bool:
+        if stage.index not in cache:
+            sink = stage.sink
+            cache[stage.index] = (isinstance(sink, WriteSink) and sink.op.skip_existing
+                                  and stage.num_shards > 0 and all(fs.exists(p) for p in sink.paths))
+        return cache[stage.index]
+
+    def _needed(self, plan: PhysicalPlan) -> tuple[set[int], dict[int, bool]]:
+        needed: set[int] = set()
+        skipped: dict[int, bool] = {}
+        todo = [plan.final.index]
+        while todo:
+            i = todo.pop()
+            if i in needed:
+                continue
+            stage = plan.stages[i]
+            if self._fully_skipped(stage, skipped):
+                continue
+            needed.add(i)
+            if stage.upstream is not None:
+                todo.append(stage.upstream)
+            todo.extend(op.right_stage for op in stage.ops if isinstance(op, JoinStep))
+        return needed, skipped
+
+    def _run_plan(self, plan: PhysicalPlan, exec_dir: str, counters: Counters) -> list[Any]:
+        needed, skipped = self._needed(plan)
+        outputs: dict[int, list[Any]] = {}
+        for stage in plan.stages:
+            if stage.index not in needed:
+                if skipped.get(stage.index):
+                    outputs[stage.index] = list(stage.sink.paths)
+                    counters.builtin["partitions_skipped"] += stage.num_shards
+                    logger.info("%s: all %d outputs exist; skipped with its upstream",
+                                stage.name, stage.num_shards)
+                continue
+            values = self._run_stage(plan, stage, outputs, exec_dir, counters)
+            if isinstance(stage.sink, ReduceSink):
+                values = [stage.sink.op.global_reducer(iter(values))]
+            outputs[stage.index] = values
+        final = plan.final
+        values = outputs[final.index]
+        if isinstance(final.sink, CollectSink):
+            return [x for shard in values for x in shard]
+        return list(values)
+
+    def _inputs(self, plan: PhysicalPlan, stage: Stage, outputs: dict[int, list[Any]]) -> list[Any]:
+        if stage.is_source:
+            return list(stage.source_inputs or [])
+        assert stage.upstream is not None
+        prev = plan.stages[stage.upstream]
+        values = outputs[prev.index]
+        if isinstance(prev.sink, ScatterSink):
+            return [ShuffleInput([run for v in values for run in v.get(p, [])], prev.sink.op)
+                    for p in range(stage.num_shards)]
+        if isinstance(prev.sink, MaterializeSink):
+            if stage.reshard is not None:
+                return _split_materialized(values, stage.reshard)
+            return [ChunkInput([(path, 0, len(counts))]) for path, counts in values]
+        # A write's paths or a reduce's value become items of the next stage.
+        if isinstance(prev.sink, ReduceSink):
+            return [ItemsInput(list(values))]
+        return [ItemsInput([v]) for v in values]
+
+    def _resources(self, stage: Stage) -> dict[str, Any]:
+        res: dict[str, Any] = {}
+        for k, v in self.stage_resources.items():
+            if (isinstance(k, int) and k == stage.index) or (isinstance(k, str) and k in stage.name):
+                res.update(v)
+        return res
+
+    def _run_stage(self, plan: PhysicalPlan, stage: Stage, outputs: dict[int, list[Any]],
+                   exec_dir: str, counters: Counters) -> list[Any]:
+        inputs = self._inputs(plan, stage, outputs)
+        total = len(inputs)
+        values: list[Any] = [None] * total
+        is_final = stage.index == plan.final.index
+        progress = StageProgress(stage.index, len(plan.stages), stage.name, total, self.progress,
+                                 self.progress_bar)
+        tasks: dict[int, Task] = {}
+        pending: collections.deque[int] = collections.deque()
+        write = stage.sink if isinstance(stage.sink, WriteSink) else None
+        for i, inp in enumerate(inputs):
+            if write is not None and write.op.skip_existing and fs.exists(write.paths[i]):
+                values[i] = write.paths[i]
+                counters.builtin["partitions_skipped"] += 1
+                progress.shard_done()
+                continue
+            ops = []
+            for op in stage.ops:
+                if isinstance(op, JoinStep):
+                    right = outputs[op.right_stage][i]
+                    op = copy.copy(op)
+                    op.right_input = ChunkInput([(right[0], 0, len(right[1]))])
+                ops.append(op)
+            tasks[i] = Task(stage.index, stage.name, i, total,
+                            stage.source_paths[i] if stage.is_source and stage.source_paths else None,
+                            inp, ops, stage.sink, write.paths[i] if write else None, "",
+                            self.memory_budget, dict(self._shared), stage.is_source)
+            pending.append(i)
+        resources = self._resources(stage)
+        backend = self._get_backend()
+        capacity = max(1, min(backend.capacity,
+                              backend.capacity // max(1, int(resources.get("num_cpus", 1)))))
+        failures = collections.Counter[int]()
+        losses = collections.Counter[int]()
+        in_flight = 0
+        try:
+            while pending or in_flight:
+                while pending and in_flight < capacity:
+                    i = pending.popleft()
+                    task = tasks[i]
+                    task.attempt = failures[i] + losses[i]
+                    task.scratch = os.path.join(exec_dir, f"stage-{stage.index}",
+                                                f"shard-{i:05d}-attempt-{task.attempt}")
+                    backend.submit((stage.index, i), task, resources)
+                    in_flight += 1
+                for (_s, i), outcome in backend.poll(0.5):
+                    in_flight -= 1
+                    if isinstance(outcome, WorkerLost):
+                        losses[i] += 1
+                        if losses[i] > self.max_worker_losses:
+                            raise ShardFailedError(
+                                f"{stage.name}, shard {i}: its worker died {losses[i]} times "
+                                f"(last: {outcome.reason}); the shard may need more memory "
+                                "(stage_resources) or a smaller memory_budget",
+                                stage.index, i, failures[i] + losses[i])
+                        progress.retried()
+                        pending.append(i)
+                        continue
+                    if outcome.ok:
+                        values[i] = outcome.value
+                        builtin = dict(outcome.builtin)
+                        out_n = builtin.pop("stage_records_out", 0)
+                        builtin.pop("spills", None)
+                        if is_final:
+                            builtin["records_out"] = out_n
+                        counters.add_task(builtin, outcome.user)
+                        counters.builtin["shards"] += 1
+                        progress.shard_done()
+                        continue
+                    failures[i] += 1
+                    if outcome.fatal or failures[i] >= self.max_shard_failures:
+                        why = ("a user error; fix the function or the data" if outcome.fatal
+                               else f"failed {failures[i]} times (max_shard_failures="
+                                    f"{self.max_shard_failures})")
+                        raise ShardFailedError(f"{outcome.error_text}\n({why})\n{outcome.traceback}",
+                                               stage.index, i, failures[i]) from outcome.error
+                    logger.warning("%s; retrying (%d of %d attempts used)", outcome.error_text,
+                                   failures[i], self.max_shard_failures)
+                    progress.retried()
+                    pending.append(i)
+        finally:
+            progress.close()
+        return values

@@ -1,0 +1,317 @@
+"""Writers: one output file per shard, each written atomically (marin_dagster.fs).
+
+A writer takes a shard's stream, either records or Arrow record batches, and
+returns what it wrote. A killed writer leaves only a temporary name behind,
+never a file under the final name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from marin_dagster import fs
+from marin_dagster.zephyr.readers import compression_of
+
+PARQUET_ROWS = 65536
+PARQUET_BUFFER_BYTES = 32 << 20
+
+
+@dataclass
+class WriteResult:
+    path: str
+    records: int
+    bytes: int
+
+
+def format_shard_path(pattern: str | Callable[[int, int], str], shard_idx: int, total: int,
+                      basename: str | None = None) -> str:
+    """Fill {shard}, {total} and {basename} in an output pattern (Marin's placeholders)."""
+    if callable(pattern):
+        return pattern(shard_idx, total)
+    if total > 1 and "{shard" not in pattern:
+        raise ValueError(f"output pattern {pattern!r} has no {{shard}} placeholder but the dataset "
+                         f"has {total} shards, so they would overwrite each other; add e.g. "
+                         "'-{shard:05d}-of-{total:05d}' to the file name, or reshard(1)")
+    try:
+        out = pattern.format(shard=shard_idx, total=total, basename=basename or f"shard_{shard_idx}")
+    except (KeyError, IndexError) as e:
+        raise ValueError(f"output pattern {pattern!r} uses an unknown placeholder {e}; "
+                         "the placeholders are {shard}, {total} and {basename}") from None
+    return fs.normalize(out)
+
+
+class _CountingFile(io.RawIOBase):
+    """Counts bytes on their way to the real file (for bytes_written)."""
+
+    def __init__(self, f: IO[bytes]):
+        self._f = f
+        self.count = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        n = self._f.write(b)
+        n = len(b) if n is None else n
+        self.count += n
+        return n
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+@contextlib.contextmanager
+def _compressed_output(path: str) -> Iterator[tuple[IO[bytes], _CountingFile]]:
+    with fs.atomic_write(path, "wb") as raw:
+        counted = _CountingFile(raw)
+        comp = compression_of(path)
+        if comp == "gzip":
+            import gzip
+
+            # Level 6 costs ~3x level 1 for a few percent smaller files.
+            with gzip.GzipFile(fileobj=counted, mode="wb", compresslevel=1, mtime=0) as g:
+                yield g, counted
+        elif comp == "zstd":
+            import zstandard
+
+            with zstandard.ZstdCompressor(level=3).stream_writer(counted, closefd=False) as z:
+                yield z, counted
+        elif comp is None:
+            buffered = io.BufferedWriter(counted, 1 << 20)
+            yield buffered, counted
+            buffered.flush()
+        else:
+            raise ValueError(f"{path}: writing {comp} is not supported; use .gz or .zst")
+
+
+def _records(stream: Iterator[Any], batches: bool) -> Iterator[Any]:
+    if not batches:
+        yield from stream
+        return
+    for batch in stream:
+        yield from batch.to_pylist()
+
+
+def write_jsonl(path: str, stream: Iterator[Any], batches: bool = False) -> WriteResult:
+    n = 0
+    with _compressed_output(path) as (f, counted):
+        dumps = json.JSONEncoder(ensure_ascii=False).encode
+        lines: list[str] = []
+        for rec in _records(stream, batches):
+            lines.append(dumps(rec))
+            n += 1
+            if len(lines) >= 1024:
+                f.write(("\n".join(lines) + "\n").encode("utf-8"))
+                lines = []
+        if lines:
+            f.write(("\n".join(lines) + "\n").encode("utf-8"))
+    return WriteResult(path, n, counted.count)
+
+
+def write_csv(path: str, stream: Iterator[Any], batches: bool = False) -> WriteResult:
+    n = 0
+    with _compressed_output(path) as (f, counted):
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        writer: csv.DictWriter | None = None
+        for rec in _records(stream, batches):
+            if not isinstance(rec, dict):
+                raise TypeError(f"write_csv {path}: record {n} is a {type(rec).__name__}, not a "
+                                "dict; map records to dicts before writing CSV")
+            if writer is None:
+                writer = csv.DictWriter(text, fieldnames=list(rec))
+                writer.writeheader()
+            extra = set(rec) - set(writer.fieldnames)
+            if extra:
+                raise ValueError(f"write_csv {path}: record {n} has field(s) {sorted(extra)} that "
+                                 f"the header {writer.fieldnames} (from the first record) lacks; "
+                                 "give every record the same fields")
+            writer.writerow(rec)
+            n += 1
+        text.flush()
+        text.detach()
+    return WriteResult(path, n, counted.count)
+
+
+class SchemaConflictError(ValueError):
+    """A field holds values of incompatible types across records."""
+
+
+def _column(values: list[Any], field: str, typ: pa.DataType | None, first_index: int,
+            path: str) -> pa.Array:
+    if typ is not None:
+        try:
+            return pa.array(values, type=typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        # Find the first record whose value breaks the type of the ones before it.
+        for i in range(1, len(values)):
+            try:
+                pa.array(values[: i + 1])
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                raise SchemaConflictError(
+                    f"write_parquet {path}: field {field!r} of record {first_index + i} is "
+                    f"{type(values[i]).__name__} {values[i]!r:.80}, which does not fit the type of "
+                    f"the same field in earlier records; give the field one type (or pass schema=)"
+                ) from None
+        raise SchemaConflictError(f"write_parquet {path}: field {field!r}: {e}") from None
+
+
+def _table_from_records(records: list[Any], schema: pa.Schema | None, first_index: int,
+                        path: str) -> pa.Table:
+    names: dict[str, None] = dict.fromkeys(schema.names) if schema is not None else {}
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            raise TypeError(f"write_parquet {path}: record {first_index + i} is a "
+                            f"{type(rec).__name__}, not a dict; map records to dicts first")
+        if len(rec) != len(names) or any(k not in names for k in rec):
+            names.update(dict.fromkeys(rec))
+    arrays = []
+    for name in names:
+        typ = schema.field(name).type if schema is not None and name in schema.names else None
+        arrays.append(_column([r.get(name) for r in records], name, typ, first_index, path))
+    return pa.Table.from_arrays(arrays, names=list(names))
+
+
+def _widen(current: pa.Schema, new: pa.Schema, path: str) -> pa.Schema:
+    try:
+        return pa.unify_schemas([current, new], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        for f in new:
+            if f.name in current.names:
+                old = current.field(f.name).type
+                try:
+                    pa.unify_schemas([pa.schema([current.field(f.name)]), pa.schema([f])],
+                                     promote_options="permissive")
+                except (pa.ArrowInvalid, pa.ArrowTypeError):
+                    raise SchemaConflictError(
+                        f"write_parquet {path}: field {f.name!r} is {old} in earlier records but "
+                        f"{f.type} in later ones; give the field one type (or pass schema=)") from None
+        raise SchemaConflictError(f"write_parquet {path}: {e}") from None
+
+
+class _ParquetSink:
+    """A Parquet file whose schema can widen: on a wider batch, rewrite what was written."""
+
+    def __init__(self, local_path: str, schema: pa.Schema | None, fixed: bool, out_path: str):
+        self.local_path = local_path
+        self.schema = schema
+        self.fixed = fixed
+        self.out_path = out_path
+        self.writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def _open(self) -> None:
+        self.writer = pq.ParquetWriter(self.local_path, self.schema, compression="zstd")
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0 and self.schema is not None:
+            return
+        if self.schema is None:
+            self.schema = table.schema
+        elif not table.schema.equals(self.schema):
+            if self.fixed:
+                try:
+                    table = table.select([n for n in self.schema.names if n in table.column_names])
+                    table = _conform(table, self.schema)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as e:
+                    raise SchemaConflictError(
+                        f"write_parquet {self.out_path}: records do not fit the given schema: {e}") from None
+            else:
+                wider = _widen(self.schema, table.schema, self.out_path)
+                if not wider.equals(self.schema):
+                    self._rewrite(wider)
+                table = _conform(table, self.schema)
+        if self.writer is None:
+            self._open()
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+
+    def _rewrite(self, wider: pa.Schema) -> None:
+        old_schema = self.schema
+        self.schema = wider
+        if self.writer is None:
+            return
+        self.writer.close()
+        self.writer = None
+        previous = self.local_path + ".narrow"
+        os.replace(self.local_path, previous)
+        self._open()
+        pf = pq.ParquetFile(previous)
+        for i in range(pf.num_row_groups):
+            self.writer.write_table(_conform(pf.read_row_group(i), wider))
+        del pf, old_schema
+        os.remove(previous)
+
+    def close(self) -> None:
+        if self.writer is None:
+            self.schema = self.schema or pa.schema([])
+            self._open()
+        self.writer.close()
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    columns = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            columns.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def write_parquet(path: str, stream: Iterator[Any], batches: bool = False,
+                  schema: pa.Schema | None = None) -> WriteResult:
+    """zstd Parquet; without `schema`, inferred from the records and widened as needed."""
+    with tempfile.TemporaryDirectory(prefix="zephyr-parquet-") as tmp:
+        sink = _ParquetSink(os.path.join(tmp, "part.parquet"), schema, schema is not None, path)
+        if batches:
+            for batch in stream:
+                table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+                sink.write(table)
+        else:
+            buf: list[Any] = []
+            est = 0
+            for rec in stream:
+                buf.append(rec)
+                if len(buf) % 64 == 1:
+                    from marin_dagster.zephyr.chunks import approx_size
+
+                    est += 64 * approx_size(rec)
+                if len(buf) >= PARQUET_ROWS or est >= PARQUET_BUFFER_BYTES:
+                    sink.write(_table_from_records(buf, sink.schema, sink.rows, path))
+                    buf, est = [], 0
+            if buf or sink.writer is None:
+                sink.write(_table_from_records(buf, sink.schema, sink.rows, path))
+        sink.close()
+        size = os.path.getsize(sink.local_path)
+        with fs.atomic_write(path, "wb") as out, open(sink.local_path, "rb") as src:
+            while chunk := src.read(8 << 20):
+                out.write(chunk)
+        return WriteResult(path, sink.rows, size)
+
+
+WRITERS = {"jsonl": write_jsonl, "csv": write_csv}
+
+
+def write_shard(writer_type: str, path: str, stream: Iterator[Any], batches: bool,
+                schema: Any = None) -> WriteResult:
+    if writer_type == "parquet":
+        return write_parquet(path, stream, batches, schema)
+    if writer_type in WRITERS:
+        return WRITERS[writer_type](path, stream, batches)
+    raise ValueError(f"unknown writer {writer_type!r}")

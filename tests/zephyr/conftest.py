@@ -1,0 +1,39 @@
+"""Zephyr fixtures: one long-lived local context (worker processes are reused), and a real
+local Ray cluster started once per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from marin_dagster.zephyr import ZephyrContext
+
+
+@pytest.fixture(scope="session")
+def local_ctx() -> Iterator[ZephyrContext]:
+    with ZephyrContext(max_workers=2, backend="local") as ctx:
+        yield ctx
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_ctx(ray_cluster: None) -> Iterator[ZephyrContext]:
+    with ZephyrContext(max_workers=2, backend="ray") as ctx:
+        yield ctx
+
+
+@pytest.fixture(params=["local", "ray"])
+def any_ctx(request: pytest.FixtureRequest) -> ZephyrContext:
+    """The same test on both backends."""
+    return request.getfixturevalue(f"{request.param}_ctx")
