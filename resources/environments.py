@@ -6,9 +6,13 @@ from typing import Any
 
 from marin_dagster import fs
 from resources.storage import StorageResource, default_prefix
+from resources.zephyr import ZephyrResource
 
 
 def local_resources(prefix: str | None = None) -> dict[str, Any]:
     """Laptop defaults: storage under ./data (or MARIN_PREFIX), local Zephyr workers."""
     # Resolved now, so step subprocesses started elsewhere write to the same place.
-    return {"storage": StorageResource(prefix=fs.normalize(prefix or default_prefix()))}
+    return {
+        "storage": StorageResource(prefix=fs.normalize(prefix or default_prefix())),
+        "zephyr": ZephyrResource(),
+    }
