@@ -1,0 +1,124 @@
+"""A Llama decoder in plain JAX: parameters are a dict of arrays, the model is functions.
+
+Layers are stacked along a leading axis and run with `lax.scan`, so compile
+time does not grow with depth (Levanter's `Stacked` does the same).
+Parameters stay float32; `compute_dtype` (e.g. bfloat16) is what matmuls run in.
+Softmax, norms' statistics and the loss are float32 either way.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from marin_dagster.levanter.config import LlamaConfig
+
+Params = dict
+
+
+def init_params(config: LlamaConfig, key: jax.Array) -> Params:
+    if config.vocab_size is None:
+        raise ValueError("LlamaConfig.vocab_size is unset: set it from the tokenizer (with_vocab)")
+    d, i, hd, n_layers = config.hidden_dim, config.intermediate_dim, config.actual_head_dim, config.num_layers
+    h, kv, v = config.num_heads, config.num_kv_heads, config.vocab_size
+    std = config.initializer_range
+    keys = iter(jax.random.split(key, 9))
+
+    def normal(shape: tuple[int, ...]) -> jax.Array:
+        return std * jax.random.normal(next(keys), shape, jnp.float32)
+
+    params: Params = {
+        "token_embedding": normal((v, d)),
+        "layers": {
+            "attn_norm": jnp.ones((n_layers, d), jnp.float32),
+            "q_proj": normal((n_layers, d, h * hd)),
+            "k_proj": normal((n_layers, d, kv * hd)),
+            "v_proj": normal((n_layers, d, kv * hd)),
+            "o_proj": normal((n_layers, h * hd, d)),
+            "mlp_norm": jnp.ones((n_layers, d), jnp.float32),
+            "gate_proj": normal((n_layers, d, i)),
+            "up_proj": normal((n_layers, d, i)),
+            "down_proj": normal((n_layers, i, d)),
+        },
+        "final_norm": jnp.ones((d,), jnp.float32),
+    }
+    if not config.tie_word_embeddings:
+        params["lm_head"] = normal((d, v))
+    return params
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (normed * weight).astype(x.dtype)
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]
+    angles = jnp.concatenate([angles, angles], axis=-1)  # (T, head_dim), HF/Llama "rotate half" layout
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x: (B, T, heads, head_dim)."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    return (x.astype(jnp.float32) * cos + rotated.astype(jnp.float32) * sin).astype(x.dtype)
+
+
+def attention(x: jax.Array, layer: Params, config: LlamaConfig, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    b, t, _ = x.shape
+    h, kv, hd = config.num_heads, config.num_kv_heads, config.actual_head_dim
+    dtype = x.dtype
+    q = (x @ layer["q_proj"].astype(dtype)).reshape(b, t, h, hd)
+    k = (x @ layer["k_proj"].astype(dtype)).reshape(b, t, kv, hd)
+    v = (x @ layer["v_proj"].astype(dtype)).reshape(b, t, kv, hd)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    # Grouped-query attention: each of the kv heads serves `groups` query heads.
+    groups = h // kv
+    q = q.reshape(b, t, kv, groups, hd)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / jnp.sqrt(jnp.float32(hd))
+    causal = jnp.tril(jnp.ones((t, t), dtype=bool))
+    scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, h * hd)
+    return out @ layer["o_proj"].astype(dtype)
+
+
+def mlp(x: jax.Array, layer: Params) -> jax.Array:
+    dtype = x.dtype
+    gate = jax.nn.silu(x @ layer["gate_proj"].astype(dtype))
+    return (gate * (x @ layer["up_proj"].astype(dtype))) @ layer["down_proj"].astype(dtype)
+
+
+def forward(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32) -> jax.Array:
+    """Logits (float32, shape (B, T, vocab)) for int tokens of shape (B, T)."""
+    t = tokens.shape[1]
+    eps = config.layer_norm_epsilon
+    cos, sin = rope_tables(t, config.actual_head_dim, config.rope_theta)
+    x = params["token_embedding"][tokens].astype(compute_dtype)
+
+    def block(x: jax.Array, layer: Params) -> tuple[jax.Array, None]:
+        x = x + attention(rms_norm(x, layer["attn_norm"], eps), layer, config, cos, sin)
+        x = x + mlp(rms_norm(x, layer["mlp_norm"], eps), layer)
+        return x, None
+
+    x, _ = jax.lax.scan(block, x, params["layers"])
+    x = rms_norm(x, params["final_norm"], eps)
+    head = params["token_embedding"].T if config.tie_word_embeddings else params["lm_head"]
+    return (x @ head.astype(compute_dtype)).astype(jnp.float32)
+
+
+def token_losses(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32) -> jax.Array:
+    """Next-token cross entropy (nats) for positions 0..T-2, shape (B, T-1)."""
+    logits = forward(params, tokens, config, compute_dtype)[:, :-1]
+    targets = tokens[:, 1:]
+    log_z = jax.nn.logsumexp(logits, axis=-1)
+    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return log_z - target_logit
+
+
+def loss_fn(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32) -> jax.Array:
+    return jnp.mean(token_losses(params, tokens, config, compute_dtype))
