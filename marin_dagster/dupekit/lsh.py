@@ -10,7 +10,8 @@ A band's bucket key hashes the same bytes datasketch's `MinHashLSH` stores
 for it (the band's uint32 values, big-endian), with 64-bit BLAKE2b, prefixed
 by the band index so equal values in different bands never meet.
 
-Saved signature set: Parquet with columns `id` and `signature`
+Saved signature set: Parquet with columns `id` (the document id as a string)
+and `signature`
 (`fixed_size_list<uint32>[num_perm]`), and the MinHash parameters in the
 schema metadata under `dupekit` (JSON: num_perm, seed, shingle kind and n,
 bands, rows). `load_minhash_lsh` turns one or more such files into a
@@ -102,7 +103,7 @@ def write_signatures(path: str, ids: Sequence[Any], signatures: np.ndarray,
     num_perm = sigs.shape[1] if sigs.ndim == 2 else int(meta["num_perm"])
     values = pa.array(sigs.reshape(-1), type=pa.uint32())
     table = pa.table({
-        "id": pa.array(list(ids)),
+        "id": pa.array([str(i) for i in ids], pa.string()),
         "signature": pa.FixedSizeListArray.from_arrays(values, num_perm),
     })
     table = table.replace_schema_metadata({_META_KEY: json.dumps(meta, sort_keys=True).encode()})

@@ -1,0 +1,268 @@
+"""`deduplicate`: the dedup entry point, exact, paragraph or fuzzy, on Zephyr.
+
+Stages (each a Zephyr execution; every file written atomically):
+
+1. hashes: per input file, document or paragraph hashes (exact modes), or
+   MinHash signatures and LSH band records (fuzzy);
+2. groups: group_by hash (exact: keep the smallest node key, mark the rest),
+   or group_by band bucket -> candidate links -> connected components
+   (fuzzy: `components.py`), then duplicate marks grouped by input file;
+3. outputs: each input file read beside its marks, written as documents and
+   attributes; per-file counts summed into `counts.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from marin_dagster import fs
+from marin_dagster.dupekit.components import connected_components
+from marin_dagster.dupekit.exact import (
+    DocumentHashes,
+    ParagraphHashes,
+    first_of_document_group,
+    first_of_paragraph_group,
+    hash_of,
+)
+from marin_dagster.dupekit.fuzzy import BandRecords, BucketLinks, FuzzySettings, bucket_of
+from marin_dagster.dupekit.lsh import LSHParams
+from marin_dagster.dupekit.outputs import WriteMarks, WriteOutputs, file_of, mark_order
+from marin_dagster.dupekit.records import key_id, key_position, resolve_sources
+from marin_dagster.dupekit.shingles import ShingleConfig
+from marin_dagster.zephyr import Dataset, ZephyrContext
+
+logger = logging.getLogger(__name__)
+
+DedupMode = Literal["exact", "paragraph", "fuzzy"]
+# Recall-leaning LSH weights (false positive, false negative): at the default
+# threshold 0.8 and 128 permutations they give 14 bands x 9 rows, which links
+# a pair of Jaccard 0.85 with probability 0.975 (datasketch's balanced (0.5,
+# 0.5) gives 9 x 13 and 0.69). Verification removes the extra candidates.
+DEFAULT_LSH_WEIGHTS = (0.15, 0.85)
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Everything that decides a dedup's output (worker counts and backend do not)."""
+
+    mode: DedupMode = "exact"
+    text_key: str = "text"
+    id_key: str = "id"
+    shingle: Literal["char", "word"] = "char"
+    ngram: int = 5
+    num_perm: int = 128
+    seed: int = 42
+    threshold: float = 0.8
+    bands: int | None = None
+    rows: int | None = None
+    lsh_weights: tuple[float, float] = DEFAULT_LSH_WEIGHTS
+    verify: bool = False
+    max_chars: int = 500_000
+    num_shards: int | None = None
+    cc_max_iterations: int = 64
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("exact", "paragraph", "fuzzy"):
+            raise ValueError(f"mode must be 'exact', 'paragraph' or 'fuzzy', not {self.mode!r}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.max_chars < 1:
+            raise ValueError(f"max_chars must be positive, got {self.max_chars}")
+        if self.num_shards is not None and self.num_shards < 1:
+            raise ValueError(f"num_shards must be positive, got {self.num_shards}")
+        ShingleConfig(self.shingle, self.ngram)
+        if self.mode == "fuzzy":
+            self.lsh_params()
+
+    def lsh_params(self) -> LSHParams:
+        from marin_dagster.dupekit.lsh import optimal_param
+
+        if self.bands is None and self.rows is None:
+            return LSHParams(*optimal_param(float(self.threshold), self.num_perm,
+                                            tuple(self.lsh_weights)))
+        return LSHParams.resolve(self.num_perm, self.threshold, self.bands, self.rows)
+
+
+@dataclass
+class DedupResult:
+    """What `deduplicate` produced: counts (also in `counts.json`) and where the outputs are."""
+
+    output_path: str
+    counts: dict[str, Any]
+    documents: list[str] = field(default_factory=list)
+    attributes: list[str] = field(default_factory=list)
+    counters: dict[str, float] = field(default_factory=dict)
+
+    def flat_counts(self) -> dict[str, int | float]:
+        """`{"document/total": ..., "paragraph/duplicates": ..., ...}` for asset metadata."""
+        out: dict[str, int | float] = {}
+        for level, values in self.counts.items():
+            if isinstance(values, dict):
+                for name, value in values.items():
+                    if isinstance(value, int | float):
+                        out[f"{level}/{name}"] = value
+        return out
+
+
+def _links_as_pairs(state: dict) -> Iterator[dict]:
+    for other in state["adj"]:
+        if state["node"] < other:
+            yield {"a": key_id(state["node"]), "b": key_id(other)}
+
+
+def _node_mark(state: dict) -> Iterator[dict]:
+    if state["label"] != state["node"]:
+        file_index, record_index = key_position(state["node"])
+        yield {"file": file_index, "record": record_index, "cluster": state["label"]}
+
+
+def deduplicate(
+    source_files: str | Sequence[str],
+    output_path: str,
+    *,
+    mode: DedupMode = "exact",
+    text_key: str = "text",
+    id_key: str = "id",
+    shingle: Literal["char", "word"] = "char",
+    ngram: int = 5,
+    num_perm: int = 128,
+    seed: int = 42,
+    threshold: float = 0.8,
+    bands: int | None = None,
+    rows: int | None = None,
+    verify: bool = False,
+    max_chars: int = 500_000,
+    num_shards: int | None = None,
+    cc_max_iterations: int = 64,
+    max_workers: int | None = None,
+    backend: str = "local",
+    context: ZephyrContext | None = None,
+    config: DedupConfig | None = None,
+) -> DedupResult:
+    """Deduplicate JSONL documents into `output_path` (see docs/dupekit.md for the layout).
+
+    `source_files`: a glob, a file, or a list of files (JSONL, plain/.gz/.zst).
+    `config` (a DedupConfig) replaces the keyword settings when given. The run
+    uses `context` if given (its workers and backend), else a ZephyrContext
+    of `max_workers` on `backend`, shut down at the end.
+    """
+    if config is None:
+        config = DedupConfig(mode=mode, text_key=text_key, id_key=id_key, shingle=shingle,
+                             ngram=ngram, num_perm=num_perm, seed=seed, threshold=threshold,
+                             bands=bands, rows=rows, verify=verify, max_chars=max_chars,
+                             num_shards=num_shards, cc_max_iterations=cc_max_iterations)
+    sources = resolve_sources(source_files)
+    output_path = fs.normalize(output_path)
+    # Shard counts follow the input, never the worker count, so the outputs are
+    # the same on any number of workers.
+    shards = config.num_shards or min(64, max(1, len(sources)))
+    work = fs.join(output_path, "_work")
+    fs.remove(work, recursive=True)
+    fs.remove(fs.join(output_path, "counts.json"))
+    own_context = context is None
+    ctx = context or ZephyrContext(max_workers=max_workers, backend=backend)
+    try:
+        counts_extra, counters = _find_duplicates(config, sources, output_path, work, shards, ctx)
+        marks_dir = fs.join(work, "marks")
+        writer = WriteOutputs(config.mode, config.text_key, config.id_key, marks_dir,
+                              fs.join(output_path, "documents"), fs.join(output_path, "attributes"))
+        final = ctx.execute(Dataset.from_list(sources).reshard(len(sources)).map(writer))
+    finally:
+        if own_context:
+            ctx.shutdown()
+    per_file = sorted(final.results, key=lambda r: r["file"])
+    counters.update({k: v for k, v in final.counters.as_dict().items()
+                     if k.startswith("dedup/") and not k.endswith(("/max", "/min", "/mean"))})
+    # Through JSON, so the returned counts equal counts.json (tuples become lists).
+    counts = json.loads(json.dumps(_summarize(config, per_file, counters, counts_extra)))
+    fs.remove(work, recursive=True)
+    fs.write_json(fs.join(output_path, "counts.json"), counts)
+    logger.info("dedup %s of %d files: %s", config.mode, len(sources), counts["document"])
+    return DedupResult(output_path, counts, [r["documents_file"] for r in per_file],
+                       [r["attributes_file"] for r in per_file], counters)
+
+
+def _find_duplicates(config: DedupConfig, sources: list, output_path: str, work: str,
+                     shards: int, ctx: ZephyrContext) -> tuple[dict, dict[str, float]]:
+    """Stages 1-2: writes `{work}/marks/file-*.jsonl.gz`; returns extra counts and counters."""
+    files = Dataset.from_list(sources).reshard(len(sources))
+    write_marks = WriteMarks(fs.join(work, "marks"))
+    counters: dict[str, float] = {}
+
+    def keep(result_counters: dict[str, float]) -> None:
+        counters.update({k: v for k, v in result_counters.items() if k.startswith("dedup/")
+                         and not k.endswith(("/max", "/min", "/mean"))})
+
+    extra: dict[str, Any] = {}
+    if config.mode in ("exact", "paragraph"):
+        if config.mode == "exact":
+            hashes = files.flat_map(DocumentHashes(config.text_key, config.id_key, config.max_chars))
+            reducer = first_of_document_group
+        else:
+            hashes = files.flat_map(ParagraphHashes(config.text_key, config.id_key, config.max_chars))
+            reducer = first_of_paragraph_group
+        keep(ctx.execute(
+            hashes.group_by(key=hash_of, reducer=reducer, num_output_shards=shards)
+            .group_by(key=file_of, reducer=write_marks, sort_by=mark_order,
+                      num_output_shards=shards)).counters.as_dict())
+        return extra, counters
+
+    lsh = config.lsh_params()
+    settings = FuzzySettings(ShingleConfig(config.shingle, config.ngram), config.num_perm,
+                             config.seed, lsh, config.threshold, config.verify)
+    bands = files.flat_map(BandRecords(config.text_key, config.id_key, config.max_chars, settings,
+                                       fs.join(output_path, "signatures")))
+    links = bands.group_by(key=bucket_of, reducer=BucketLinks(config.verify, config.threshold,
+                                                              config.num_perm),
+                           num_output_shards=shards)
+    fs.remove(fs.join(output_path, "links"), recursive=True)
+    components = connected_components(links, ctx, fs.join(work, "cc"), shards,
+                                      config.cc_max_iterations)
+    extra["fuzzy"] = {"bands": lsh.bands, "rows": lsh.rows, "cc_iterations": components.iterations,
+                      "linked_documents": components.nodes}
+    keep(components.first_counters)
+    if components.nodes:
+        nodes = Dataset.from_files(components.node_files).load_jsonl()
+        pairs = ctx.execute(nodes.flat_map(_links_as_pairs).write_jsonl(
+            fs.join(output_path, "links", "part-{shard:05d}-of-{total:05d}.jsonl.gz")))
+        extra["fuzzy"]["linked_pairs"] = int(pairs.counters["records_written"])
+        ctx.execute(nodes.flat_map(_node_mark).group_by(
+            key=file_of, reducer=write_marks, sort_by=mark_order, num_output_shards=shards))
+    else:
+        extra["fuzzy"]["linked_pairs"] = 0
+    return extra, counters
+
+
+def _summarize(config: DedupConfig, per_file: list[dict], counters: dict[str, float],
+               extra: dict[str, Any]) -> dict[str, Any]:
+    def total(name: str) -> int:
+        return int(sum(r[name] for r in per_file))
+
+    def counter(name: str) -> int:
+        return int(counters.get(name, 0))
+
+    documents = total("documents")
+    document = {"total": documents, "kept": total("kept"),
+                "passed_through": counter("dedup/document/passed_through"),
+                "truncated": counter("dedup/document/truncated")}
+    if config.mode == "paragraph":
+        document["emptied"] = total("documents_emptied")
+        document["duplicates"] = 0
+        document["unique"] = documents
+    else:
+        document["duplicates"] = total("duplicates")
+        document["unique"] = documents - document["duplicates"]
+    counts: dict[str, Any] = {"mode": config.mode, "config": asdict(config), "files": len(per_file),
+                              "document": document}
+    if config.mode == "paragraph":
+        paragraphs = counter("dedup/paragraph/total")
+        duplicates = total("paragraphs_removed")
+        counts["paragraph"] = {"total": paragraphs, "duplicates": duplicates,
+                               "unique": paragraphs - duplicates,
+                               "chars_removed": total("chars_removed")}
+    counts.update(extra)
+    return counts

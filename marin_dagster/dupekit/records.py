@@ -1,0 +1,118 @@
+"""Source documents as dedup sees them: ids, order keys, reading and validation.
+
+Every document has a *node key*, a string whose order is the dedup order:
+documents sort by id (integers numerically, before strings; strings by code
+point), ties broken by file and record position. "Keep the first document"
+means keep the smallest node key, so the choice is the same whatever the
+shard, worker or backend that sees a group. The key also carries the
+document's position (file index, record index), which is how later stages
+find it again without a join.
+
+A record without an id (missing or null) gets `"{relative file path}#{record
+index}"`, stable across runs and machines, and keeps it in the outputs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from marin_dagster import fs
+from marin_dagster.zephyr.readers import iter_jsonl
+
+_INT_OFFSET = 1 << 63
+_SEP = "\x00"
+SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst",
+                      ".ndjson", ".ndjson.gz", ".ndjson.zst")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One input file: its index in the sorted input list and its path relative to their root."""
+
+    index: int
+    path: str
+    relative: str
+
+
+def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
+    """Input files (a glob pattern, a file, or a list of paths), sorted, with relative names."""
+    if isinstance(source_files, str):
+        filesystem, fs_path = fs.url_to_fs(source_files)
+        if any(c in source_files for c in "*?["):
+            matched = sorted(filesystem.glob(fs_path))
+            protocol = source_files.split("://", 1)[0] + "://" if "://" in source_files else ""
+            paths = [protocol + p if protocol and not p.startswith(protocol) else p for p in matched]
+            if not paths:
+                raise FileNotFoundError(f"no input files match {source_files!r}")
+        else:
+            paths = [source_files]
+    else:
+        paths = sorted(str(p) for p in source_files)
+    if not paths:
+        raise ValueError("deduplicate needs at least one input file")
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"input files are listed twice: {sorted({p for p in paths if paths.count(p) > 1})}")
+    for p in paths:
+        if not p.lower().endswith(SUPPORTED_SUFFIXES):
+            raise ValueError(f"{p}: dedup reads JSON lines files ({', '.join(SUPPORTED_SUFFIXES)}); "
+                             "convert the input to JSONL first")
+    local = [p.split("://", 1)[-1] for p in paths]
+    root = os.path.dirname(local[0]) if len(local) == 1 else os.path.commonpath(local)
+    return [SourceFile(i, p, os.path.relpath(lp, root) if root else lp)
+            for i, (p, lp) in enumerate(zip(paths, local, strict=True))]
+
+
+def node_key(doc_id: int | str, file_index: int, record_index: int) -> str:
+    if isinstance(doc_id, int):
+        if not -_INT_OFFSET <= doc_id < _INT_OFFSET:
+            raise ValueError(f"integer id {doc_id} does not fit in 64 bits")
+        head = f"i{doc_id + _INT_OFFSET:020d}"
+    else:
+        head = f"s{doc_id}"
+    return f"{head}{_SEP}{file_index:08x}{record_index:012x}"
+
+
+def key_id(key: str) -> int | str:
+    """The document id inside a node key."""
+    head = key[: key.rindex(_SEP)]
+    return int(head[1:]) - _INT_OFFSET if head[0] == "i" else head[1:]
+
+
+def key_position(key: str) -> tuple[int, int]:
+    """`(file index, record index)` of a node key."""
+    tail = key[key.rindex(_SEP) + 1:]
+    return int(tail[:8], 16), int(tail[8:], 16)
+
+
+@dataclass
+class SourceDoc:
+    record_index: int
+    record: dict[str, Any]
+    doc_id: int | str
+    text: str
+    key: str
+
+
+def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[SourceDoc]:
+    """The documents of one input file, validated, with ids (generated where missing)."""
+    for index, record in enumerate(iter_jsonl(source.path)):
+        where = f"{source.path}: record {index}"
+        if not isinstance(record, dict):
+            raise ValueError(f"{where} is a JSON {type(record).__name__}, not an object; "
+                             "each line must be one document object")
+        text = record.get(text_key)
+        if not isinstance(text, str):
+            what = "has no" if text is None else f"has a {type(text).__name__} in its"
+            raise ValueError(f"{where} {what} {text_key!r} field; pass text_key=... naming "
+                             "the field that holds the document text")
+        doc_id = record.get(id_key)
+        if doc_id is None:
+            doc_id = f"{source.relative}#{index}"
+            record = {**record, id_key: doc_id}
+        elif isinstance(doc_id, bool) or not isinstance(doc_id, int | str):
+            raise ValueError(f"{where}: field {id_key!r} is a {type(doc_id).__name__} "
+                             f"({doc_id!r}); ids must be strings or integers")
+        yield SourceDoc(index, record, doc_id, text, node_key(doc_id, source.index, index))
