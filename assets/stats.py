@@ -1,0 +1,128 @@
+"""`dataset_stats`: documents, tokens and the length distribution of datasets, in DuckDB.
+
+    stats = dataset_stats("stats/shakespeare_nano", datasets=[corpus, clean, ds])
+
+Each dataset's output is read through Ducky's view of it (JSONL, Parquet, CSV
+or a token cache, found from the output's files). The tables land in two
+places: `datasets.parquet` and `length_histogram.parquet` in the asset's own
+output (so `marin sql 'SELECT * FROM "stats/shakespeare_nano"'` shows them),
+and the `datasets` / `length_histogram` tables of the stats database behind
+the `duckdb` resource (dagster-duckdb's DuckDBResource), one row per dataset
+and version, written by one writer at a time.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from marin_dagster import fs
+from marin_dagster.ducky import catalog
+from marin_dagster.ducky.connection import connect
+from marin_dagster.ducky.stats import dataset_stats as compute_stats
+from marin_dagster.ducky.stats import stats_tables
+from marin_dagster.execution.asset import StepContext, step_for, versioned_asset
+from marin_dagster.execution.status import StepStatus, read_status
+from marin_dagster.execution.version import StepConfig
+from resources.ducky import asset_entry, stats_writer
+
+KIND = "dataset_stats"
+catalog.register_kind(KIND, format=catalog.PARQUET, files="datasets.parquet")
+
+
+class DatasetStatsConfig(StepConfig):
+    """No knobs yet: the statistics depend only on the datasets (their versions)."""
+
+
+def _write_parquet(path: str, table: pa.Table) -> None:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    fs.write_bytes(path, buffer.getvalue())
+
+
+_CREATE = {
+    "datasets": "CREATE TABLE IF NOT EXISTS datasets AS SELECT * FROM new_datasets LIMIT 0",
+    "length_histogram": "CREATE TABLE IF NOT EXISTS length_histogram AS SELECT * FROM new_histogram LIMIT 0",
+}
+
+
+def _store(step: StepContext, datasets: pa.Table, histogram: pa.Table) -> None:
+    with stats_writer(step.resources.duckdb) as con:
+        con.register("new_datasets", datasets)
+        con.register("new_histogram", histogram)
+        con.execute("BEGIN TRANSACTION")
+        for sql in _CREATE.values():
+            con.execute(sql)
+        for table in _CREATE:
+            con.execute(f"DELETE FROM {table} WHERE (dataset, version) IN "
+                        "(SELECT dataset, version FROM new_datasets)")
+        con.execute("INSERT INTO datasets SELECT * FROM new_datasets")
+        con.execute("INSERT INTO length_histogram SELECT * FROM new_histogram")
+        con.execute("COMMIT")
+
+
+def _markdown(datasets: pa.Table) -> str:
+    rows = ["| dataset | documents | tokens | chars | median length |", "|---|---|---|---|---|"]
+    for r in datasets.to_pylist():
+        median = f"{r['length_p50']:,.0f} {r['length_unit']}" if r["length_p50"] is not None else ""
+        rows.append(f"| {r['dataset']} | {r['documents']:,} | {r['tokens'] or ''} | "
+                    f"{r['text_chars'] or ''} | {median} |")
+    return "\n".join(rows)
+
+
+def _make_run(roles: Mapping[str, Any]):
+    def run(config: DatasetStatsConfig, inputs: Mapping[str, str], output_path: str,
+            step: StepContext) -> dict[str, Any]:
+        found = []
+        for role, path in inputs.items():
+            record = read_status(path)
+            if record is None or record.status != StepStatus.SUCCESS:
+                raise dg.Failure(f"dataset_stats: {role} at {path} is not SUCCESS; materialize it first")
+            dataset = catalog.load_output(roles[role], path, record, current=True)
+            if dataset is None:
+                raise dg.Failure(f"dataset_stats: {role} at {path} holds no JSONL, Parquet, CSV or "
+                                 "token-cache files to measure")
+            found.append(dataset)
+        con = connect(found, step.resources.storage.root)
+        try:
+            results = [compute_stats(con, d) for d in found]
+        finally:
+            con.close()
+        datasets, histogram = stats_tables(results)
+        _write_parquet(fs.join(output_path, "datasets.parquet"), datasets)
+        _write_parquet(fs.join(output_path, "length_histogram.parquet"), histogram)
+        _store(step, datasets, histogram)
+        step.log.info(f"stats of {len(found)} datasets written to {step.resources.duckdb.database}")
+        return {
+            "datasets": len(found),
+            "documents": sum(r.row["documents"] or 0 for r in results),
+            "tokens": sum(r.row["tokens"] or 0 for r in results),
+            "database": dg.MetadataValue.path(step.resources.duckdb.database),
+            "stats": dg.MetadataValue.md(_markdown(datasets)),
+        }
+
+    return run
+
+
+def dataset_stats(name: str, datasets: Sequence[dg.AssetsDefinition]) -> dg.AssetsDefinition:
+    """Statistics of `datasets` (each a dataset asset from a marin factory)."""
+    if not datasets:
+        raise ValueError(f"dataset_stats({name!r}): give at least one dataset asset")
+    upstream = {step_for(a).name: a for a in datasets}
+    roles = {role: asset_entry(step_for(a)) for role, a in upstream.items()}
+    return versioned_asset(
+        name=name,
+        kind=KIND,
+        config=DatasetStatsConfig(),
+        run=_make_run(roles),
+        upstream=upstream,
+        description="Documents, tokens and length distribution per dataset "
+                    f"({', '.join(upstream)}), in DuckDB.",
+        required_resources=("duckdb",),
+        kinds=("duckdb",),
+    )

@@ -1,0 +1,104 @@
+"""DuckDB connections with one view per dataset, local or on an fsspec filesystem (gs://).
+
+Nothing here downloads a DuckDB extension: JSON, Parquet and CSV readers are
+built into DuckDB, and remote files are read through the fsspec filesystem
+registered on the connection (`con.register_filesystem`), not httpfs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from marin_dagster import fs
+from marin_dagster.ducky.catalog import CSV, JSONL, PARQUET, TOKEN_CACHE, Dataset
+
+logger = logging.getLogger(__name__)
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _file_list(files: Iterable[str]) -> str:
+    return "[" + ", ".join(quote_str(f) for f in files) + "]"
+
+
+def token_cache_table(dataset: Dataset) -> pa.Table:
+    """One row per document of a token cache: split, shard, document index, token count."""
+    splits, shards, docs, lengths = [], [], [], []
+    root = dataset.path.rstrip("/") + "/"
+    for path in dataset.files:
+        rel = path[len(root):] if path.startswith(root) else path
+        parts = rel.split("/")
+        split, shard = (parts[0], parts[-2]) if len(parts) >= 3 else ("train", parts[0])
+        fsys, p = fs.url_to_fs(path)
+        try:
+            with fsys.open(p, "rb") as f:
+                offsets = np.load(f)
+        except ValueError as e:
+            raise ValueError(f"{path} is not a valid offsets.npy ({e}); rebuild {dataset.name}") from e
+        n = max(len(offsets) - 1, 0)
+        splits.extend([split] * n)
+        shards.extend([shard] * n)
+        docs.append(np.arange(n, dtype=np.int64))
+        lengths.append(np.diff(offsets).astype(np.int64))
+    return pa.table({
+        "split": pa.array(splits, pa.string()),
+        "shard": pa.array(shards, pa.string()),
+        "document": pa.array(np.concatenate(docs) if docs else np.array([], np.int64)),
+        "num_tokens": pa.array(np.concatenate(lengths) if lengths else np.array([], np.int64)),
+    })
+
+
+def view_sql(dataset: Dataset) -> str:
+    files = _file_list(dataset.files)
+    if dataset.format == JSONL:
+        return f"SELECT * FROM read_json({files}, format='newline_delimited', union_by_name=true)"
+    if dataset.format == PARQUET:
+        return f"SELECT * FROM read_parquet({files}, union_by_name=true)"
+    if dataset.format == CSV:
+        return f"SELECT * FROM read_csv({files}, union_by_name=true)"
+    raise ValueError(f"{dataset.name}: no SQL reader for format {dataset.format!r}")
+
+
+def add_view(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> None:
+    if dataset.format == TOKEN_CACHE:
+        # Token ids stay in their .npy files; the view lists documents and their lengths.
+        con.register(dataset.name, token_cache_table(dataset))
+        return
+    con.execute(f"CREATE OR REPLACE VIEW {quote_ident(dataset.name)} AS {view_sql(dataset)}")
+
+
+def connect(datasets: Iterable[Dataset], prefix: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with a view per dataset, reading under `prefix`."""
+    con = duckdb.connect(":memory:")
+    if not fs.is_local(prefix):
+        fsys, _ = fs.url_to_fs(prefix)
+        con.register_filesystem(fsys)
+    for dataset in datasets:
+        try:
+            add_view(con, dataset)
+        except duckdb.Error as e:
+            raise ValueError(
+                f"cannot create the view {dataset.name!r} over {dataset.path} ({dataset.format}): {e}"
+            ) from e
+    return con
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, prefix: str) -> None:
+    """No file access outside `prefix`, no extensions, no configuration changes from here on."""
+    root = fs.normalize(prefix).rstrip("/") + "/"
+    con.execute(f"SET allowed_directories = [{quote_str(root)}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET lock_configuration = true")
