@@ -1,25 +1,193 @@
-"""The `marin` console script."""
+"""The `marin` console script.
+
+    marin init [HOME]                     create DAGSTER_HOME with its dagster.yaml
+    marin status                          every asset of the code location: version, status, path, size
+    marin sql "SELECT ..."                query the dataset views, print a table
+    marin sql --serve --port 8765         the read-only HTTP SQL service (ducky/service.py)
+
+The assets are those of the code location (`marin_dagster.definitions`); the
+prefix is MARIN_PREFIX (default ./data) unless `--prefix` is given.
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import logging
+import os
 import sys
+from collections.abc import Sequence
+from typing import Any
 
-from marin_dagster.execution.instance import ensure_home
+from marin_dagster.execution.instance import DEFAULT_HOME, ensure_home
+
+logger = logging.getLogger(__name__)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _steps() -> list[Any]:
+    from marin_dagster.definitions import load_experiments
+    from marin_dagster.execution.asset import upstream_closure
+
+    leaves = [leaf for experiment in load_experiments() for leaf in experiment.leaves]
+    return upstream_closure(leaves)
+
+
+def _prefix(arg: str | None) -> str:
+    from marin_dagster import fs
+    from resources.storage import default_prefix
+
+    return fs.normalize(arg or default_prefix())
+
+
+def _catalog(prefix: str) -> Any:
+    from marin_dagster.ducky import resolve_catalog
+    from resources.ducky import asset_entry
+
+    def catalog() -> list[Any]:
+        return resolve_catalog(prefix, [asset_entry(s) for s in _steps() if s.kind != "watched_folder"])
+
+    return catalog
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _instance() -> Any:
+    """The persistent instance when one exists (DAGSTER_HOME, or ./.dagster); never creates one."""
+    import dagster as dg
+
+    home = os.environ.get("DAGSTER_HOME") or (DEFAULT_HOME if os.path.isdir(DEFAULT_HOME) else None)
+    if not home or not os.path.exists(os.path.join(home, "dagster.yaml")):
+        return None
+    os.environ["DAGSTER_HOME"] = os.path.abspath(home)
+    return dg.DagsterInstance.get()
+
+
+def status_rows(prefix: str) -> tuple[list[str], list[list[Any]]]:
+    """The `marin status` table: one row per asset of the code location."""
+    from marin_dagster import fs
+    from marin_dagster.execution.status import MANIFEST_FILE, read_status
+
+    instance = _instance()
+    columns = ["asset", "version", "status", "output", "size", "last materialization"]
+    rows = []
+    for step in _steps():
+        if step.kind == "watched_folder":
+            path, state, size = step.config.path, "watched", None
+        else:
+            path = fs.join(prefix, f"{step.name}-{step.version}")
+            try:
+                record = read_status(path)
+            except ValueError as e:
+                record, state = None, f"invalid ({e})"
+            else:
+                state = record.status.value if record else "missing"
+            size = None
+            if record is not None:
+                manifest = fs.read_json_or_none(fs.join(path, MANIFEST_FILE))
+                if manifest is not None:
+                    size = sum(f["size"] for f in manifest.get("files", {}).values())
+        last = "-"
+        if instance is not None:
+            event = instance.get_latest_materialization_event(step.asset.key)
+            if event is not None:
+                when = datetime.datetime.fromtimestamp(event.timestamp, datetime.UTC)
+                last = f"{when:%Y-%m-%d %H:%M:%S} UTC (run {event.run_id[:8]})"
+        rows.append([step.name, step.version, state, path, _human_bytes(size), last])
+    return columns, rows
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from marin_dagster.ducky import format_table
+
+    columns, rows = status_rows(_prefix(args.prefix))
+    if args.json:
+        sys.stdout.write(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2) + "\n")
+    else:
+        sys.stdout.write(format_table(columns, rows, max_width=100))
+    return 0
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from marin_dagster.ducky import format_table
+    from marin_dagster.ducky.service import QueryFailed, QueryRefused, QueryTimeout, SqlService
+
+    prefix = _prefix(args.prefix)
+    service = SqlService(prefix, _catalog(prefix), row_limit=args.limit, timeout_s=args.timeout)
+    if args.serve:
+        server = service.make_server(args.host, args.port)
+        host, port = server.server_address[:2]
+        sys.stdout.write(f"marin sql: serving {len(service.tables())} views on http://{host}:{port} "
+                         "(POST /query, GET /tables)\n")
+        sys.stdout.flush()
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return 0
+    if not args.query:
+        sys.stderr.write('marin sql: give a query, e.g. marin sql \'SELECT * FROM "raw/shakespeare" LIMIT 5\', '
+                         "or --serve\n")
+        return 2
+    try:
+        result = service.query(args.query)
+    except (QueryRefused, QueryTimeout, QueryFailed) as e:
+        sys.stderr.write(f"marin sql: {e}\n")
+        tables = ", ".join(f'"{t["name"]}"' for t in service.tables()) or "none (materialize an asset first)"
+        sys.stderr.write(f"views: {tables}\n")
+        return 1
+    if args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return 0
+    sys.stdout.write(format_table(result["columns"], result["rows"]))
+    more = " (more rows not shown; raise --limit)" if result["truncated"] else ""
+    sys.stdout.write(f"({result['row_count']} rows{more})\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="marin", description="marin-dagster utilities")
     sub = parser.add_subparsers(dest="command", required=True)
     init = sub.add_parser("init", help="create DAGSTER_HOME (default ./.dagster) with its dagster.yaml")
     init.add_argument("home", nargs="?", default=None)
+
+    status = sub.add_parser("status", help="each asset: version, status, output path, size, last run")
+    status.add_argument("--prefix", help="storage prefix (default MARIN_PREFIX or ./data)")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sql = sub.add_parser("sql", help="SQL over the dataset views (read-only)")
+    sql.add_argument("query", nargs="?", help='e.g. \'SELECT * FROM "raw/shakespeare" LIMIT 5\'')
+    sql.add_argument("--prefix", help="storage prefix (default MARIN_PREFIX or ./data)")
+    sql.add_argument("--limit", type=int, default=1000, help="most rows returned (default 1000)")
+    sql.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
+    sql.add_argument("--json", action="store_true", help="print the result as JSON")
+    sql.add_argument("--serve", action="store_true", help="serve POST /query over HTTP instead")
+    sql.add_argument("--host", default="127.0.0.1")
+    sql.add_argument("--port", type=int, default=8765)
+
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # Our own logs only: Dagster's storage layer logs its migrations at INFO.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("marin_dagster").setLevel(logging.INFO if args.command != "sql" or args.serve
+                                                else logging.WARNING)
     if args.command == "init":
         home = ensure_home(args.home)
         sys.stdout.write(f"DAGSTER_HOME={home}\n")
-    return 0
+        return 0
+    if args.command == "status":
+        return _cmd_status(args)
+    return _cmd_sql(args)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ class DatasetStats:
 def _length_expr(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> tuple[str | None, str]:
     if dataset.format == TOKEN_CACHE:
         return "num_tokens", "tokens"
-    columns = {r[0] for r in con.sql(f"DESCRIBE {quote_ident(dataset.name)}").fetchall()}
+    columns = {r[0] for r in con.execute(f"DESCRIBE {quote_ident(dataset.name)}").fetchall()}
     if "text" in columns:
         return "length(CAST(text AS VARCHAR))", "chars"
     return None, ""
@@ -52,16 +52,16 @@ def dataset_stats(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> DatasetSt
     row.update(dataset=dataset.name, version=dataset.version, path=dataset.path,
                format=dataset.format, length_unit=unit or None)
     if length is None:
-        row["documents"] = con.sql(f"SELECT count(*) FROM {view}").fetchone()[0]
+        row["documents"] = con.execute(f"SELECT count(*) FROM {view}").fetchone()[0]
         return DatasetStats(row, [])
-    (documents, total, lo, p50, p90, p99, hi, mean) = con.sql(
+    (documents, total, lo, p50, p90, p99, hi, mean) = con.execute(
         f"SELECT count(*), sum(n), min(n), quantile_cont(n, 0.5), quantile_cont(n, 0.9), "
         f"quantile_cont(n, 0.99), max(n), avg(n) FROM (SELECT {length} AS n FROM {view})"
     ).fetchone()
     row.update(documents=documents, length_min=lo, length_p50=p50, length_p90=p90,
                length_p99=p99, length_max=hi, length_mean=mean)
     row["tokens" if unit == "tokens" else "text_chars"] = int(total or 0)
-    buckets = con.sql(
+    buckets = con.execute(
         f"SELECT CASE WHEN n = 0 THEN 0 ELSE 1 + floor(log2(n))::BIGINT END AS b, count(*) "
         f"FROM (SELECT {length} AS n FROM {view}) GROUP BY b ORDER BY b"
     ).fetchall()

@@ -1,0 +1,135 @@
+"""Raw data that arrives as files: `watched_folder` and `folder_corpus`.
+
+    inbox  = watched_folder("raw/inbox", "/data/inbox")
+    corpus = folder_corpus("raw/inbox_corpus", source=inbox)
+
+`watched_folder` is an observable source asset: observing it hashes the
+folder's files (the content hash is its data version). An experiment that
+lists an asset below it gets a sensor (`marin_dagster.sensors`) that requests
+a run of those assets when files are added, changed or deleted.
+
+`folder_corpus` turns the folder's text files into JSONL shards
+`{id, text, source}` (id: the file's path relative to the folder). Its version
+holds the folder's path, not its content: the sensor's runs force a rebuild.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+import pydantic
+
+from marin_dagster import fs
+from marin_dagster.execution import asset as execution_asset
+from marin_dagster.execution.asset import Step, StepContext, asset_key, step_for, versioned_asset
+from marin_dagster.execution.version import StepConfig, compute_version
+from marin_dagster.sensors import WATCHED_KIND, content_hash, file_digest, folder_state
+
+
+class WatchedFolderConfig(StepConfig):
+    path: str
+
+
+def _register(asset: dg.AssetsDefinition, step: Step) -> None:
+    # The registry of versioned steps (execution/asset.py) is how experiments
+    # find upstream assets; a watched folder is a step with no output of its own.
+    execution_asset._STEPS[id(asset)] = step
+
+
+def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefinition:
+    """An observable source asset over the files under local folder `path`."""
+    if "://" in path:
+        raise ValueError(f"watched_folder({name!r}): {path!r} is not a local folder; "
+                         "watchdog sees only local file systems")
+    folder = os.path.abspath(os.path.expanduser(path))
+    key = asset_key(name)
+    config = WatchedFolderConfig(path=folder)
+    version = compute_version(WATCHED_KIND, config, {})
+    spec = dg.AssetSpec(
+        key=key,
+        description=(description or f"Raw files under `{folder}`, watched for changes.")
+        + "\n\nData version: the hash of every file's path and content.",
+        metadata={"marin/kind": WATCHED_KIND, "marin/version": version,
+                  "path": dg.MetadataValue.path(folder)},
+        kinds={"folder"},
+    )
+
+    @dg.multi_observable_source_asset(specs=[spec], name=f"observe_{key.to_python_identifier()}")
+    def observe(context) -> Any:  # noqa: ANN001 (Dagster reads the annotation; a string would fail)
+        snap = folder_state(folder).snapshot()
+        yield dg.ObserveResult(
+            asset_key=key,
+            data_version=dg.DataVersion(snap.content_hash),
+            metadata={"files": snap.files, "bytes": snap.bytes, "hashed": snap.hashed},
+        )
+
+    _register(observe, Step(name, WATCHED_KIND, version, config, {}, observe))
+    return observe
+
+
+class FolderCorpusConfig(StepConfig):
+    folder: str
+    pattern: str = "*"
+    """fnmatch pattern on the path relative to the folder; dotfiles are always left out."""
+    num_shards: int = pydantic.Field(1, ge=1)
+
+
+def _folder_files(config: FolderCorpusConfig) -> list[str]:
+    import fnmatch
+
+    out = []
+    for root, dirs, files in os.walk(config.folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), config.folder).replace(os.sep, "/")
+            if not name.startswith(".") and not fs.is_temp_name(name) and fnmatch.fnmatch(rel, config.pattern):
+                out.append(rel)
+    return sorted(out)
+
+
+def _run_folder_corpus(config: FolderCorpusConfig, inputs: Mapping[str, str], output_path: str,
+                       step: StepContext) -> dict[str, Any]:
+    rels = _folder_files(config)
+    digests, docs = {}, []
+    for rel in rels:
+        path = os.path.join(config.folder, rel)
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: byte {e.start} is not UTF-8; folder_corpus reads UTF-8 text "
+                             "files: convert it or narrow `pattern`") from e
+        digests[rel] = file_digest(path)
+        docs.append({"id": rel, "text": text, "source": config.folder})
+    for index in range(config.num_shards):
+        lines = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs[index::config.num_shards])
+        target = fs.join(output_path, f"part-{index:05d}.jsonl.gz")
+        fs.write_bytes(target, gzip.compress(lines.encode("utf-8"), mtime=0))
+    step.log.info(f"{len(docs)} documents from {config.folder}")
+    return {"documents": len(docs), "text_bytes": sum(len(d["text"].encode()) for d in docs),
+            "content_hash": content_hash(digests), "folder": dg.MetadataValue.path(config.folder)}
+
+
+def folder_corpus(name: str, source: dg.AssetsDefinition, **config: Any) -> dg.AssetsDefinition:
+    """The text files of watched folder `source` as JSONL shards of `{id, text, source}`."""
+    folder_step = step_for(source)
+    if folder_step.kind != WATCHED_KIND:
+        raise ValueError(f"folder_corpus({name!r}): source {folder_step.name} is a {folder_step.kind}, "
+                         "not a watched_folder")
+    cfg = FolderCorpusConfig(folder=folder_step.config.path, **config)
+    built = versioned_asset(
+        name=name, kind="folder_corpus", config=cfg, run=_run_folder_corpus,
+        description=f"The text files under {cfg.folder} as JSONL documents.", kinds=("json",),
+    )
+    # The folder has no output for versioned_asset to resolve as an input, so the
+    # lineage edge is added here, and the registry learns the upstream step.
+    asset = built.map_asset_specs(lambda spec: spec.merge_attributes(deps=[source.key]))
+    own = step_for(built)
+    _register(asset, Step(own.name, own.kind, own.version, own.config, {"source": folder_step}, asset))
+    return asset
