@@ -9,6 +9,7 @@ import dagster as dg
 
 import assets.experiments
 from assets.experiment import Experiment
+from marin_dagster.sensors import sensors_for
 from resources import local_resources
 
 
@@ -37,6 +38,7 @@ def build_definitions(experiments: list[Experiment]) -> dg.Definitions:
     return dg.Definitions(
         assets=list(asset_defs.values()),
         jobs=[experiment.job() for experiment in experiments],
+        sensors=sensors_for(experiments),
         resources=local_resources(),
     )
 
