@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from marin_dagster.tokenize.cache import (
     write_cache_stats,
 )
 from marin_dagster.tokenize.records import (
+    BadRecordError,
     Document,
     RecordCounts,
     held_out,
@@ -45,6 +46,7 @@ from marin_dagster.tokenize.records import (
     read_records,
 )
 from marin_dagster.tokenize.tokenizer import find_eos_id, load_tokenizer, vocab_size
+from marin_dagster.zephyr import Dataset, ShardFailedError, ZephyrContext
 
 logger = logging.getLogger(__name__)
 
@@ -287,29 +289,21 @@ def _sample_limits(files: Sequence[str], sample_count: int | None,
     return limits
 
 
-Runner = Callable[[Sequence[ShardJob], int], list[ShardResult]]
-
-
-def run_jobs_in_process(jobs: Sequence[ShardJob], max_workers: int) -> list[ShardResult]:
-    return [run_shard_job(j) for j in jobs]
-
-
-def run_jobs_with_processes(jobs: Sequence[ShardJob], max_workers: int) -> list[ShardResult]:
-    import concurrent.futures
-    import multiprocessing
-
-    # spawn: a fork after the tokenizer's threads ran would disable its parallelism.
-    ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx) as pool:
-        return list(pool.map(run_shard_job, jobs))
-
-
-def _runner_for(backend: str, max_workers: int) -> Runner:
-    if backend == "local" and max_workers <= 1:
-        return run_jobs_in_process
-    if backend == "local":
-        return run_jobs_with_processes
-    raise ValueError(f"unknown backend {backend!r}; use 'local'")
+def run_jobs(jobs: Sequence[ShardJob], max_workers: int, backend: str = "local",
+             **context_options: Any) -> list[ShardResult]:
+    """Run the shard jobs as one Zephyr stage, one shard per job; results in job order."""
+    if not jobs:
+        return []
+    ds = Dataset.from_list(list(jobs)).reshard(len(jobs)).map(run_shard_job)
+    try:
+        with ZephyrContext(max_workers=max_workers, backend=backend, **context_options) as ctx:
+            return list(ctx.execute(ds).results)
+    except ShardFailedError as e:
+        # A bad record is the user's to fix: surface it as itself (file, record,
+        # reason), not wrapped in the engine's shard failure.
+        if isinstance(e.__cause__, BadRecordError):
+            raise e.__cause__ from None
+        raise
 
 
 def resolve_dtype(tok: Tokenizer, dtype: Any | None) -> np.dtype:
@@ -333,13 +327,15 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
                       sample_count: int | None = None, validation_fraction: float = 0.0,
                       validation_files: str | Sequence[str] | None = None,
                       skip_bad_records: bool = False, dtype: Any | None = None,
-                      max_workers: int = 1, backend: str = "local") -> TokenCacheStats:
+                      max_workers: int = 2, backend: str = "local") -> TokenCacheStats:
     """Tokenize ``source_files`` into a token cache at ``output_path``; resumable by shard.
 
     ``tokenizer``: a Tokenizer, a tokenizer.json path, a directory holding one,
     or a hub name. The validation split is either ``validation_fraction`` of the
     source held out by a stable hash of each document's id (``id_key``; the
     text's hash when a record has none) or the separate ``validation_files``.
+    The shards run as a Zephyr stage: ``backend`` is a ZephyrContext backend
+    ("local" worker processes, "ray", or "inline" in this process).
     """
     if validation_files is not None and validation_fraction > 0:
         raise ValueError("give either validation_fraction or validation_files, not both")
@@ -366,7 +362,7 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
     jobs = [ShardJob(t, output_path, tokenizer_json, options, dt.name, eos_for_jobs) for t in tasks]
 
     logger.info("tokenizing %d shards into %s with %d workers", len(jobs), output_path, max_workers)
-    results = _runner_for(backend, max_workers)(jobs, max_workers)
+    results = run_jobs(jobs, max_workers, backend)
 
     ledgers: dict[str, dict[str, Any]] = {}
     split_shards: dict[str, list[str]] = {TRAIN: [], VALIDATION: []}

@@ -34,6 +34,10 @@ class BadRecordError(ValueError):
             f"{source}: record {record_index} (line {record_index + 1} for JSONL): {reason}. "
             "Fix the input, or set skip_bad_records=True to skip such records and count them.")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Raised in workers and sent back to the driver: pickle the fields, not the message.
+        return (BadRecordError, (self.source, self.record_index, self.reason))
+
 
 @dataclass(frozen=True)
 class BadRecord:

@@ -12,10 +12,16 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from marin_dagster.tokenize import TokenCache
-from marin_dagster.tokenize.build import build_token_cache
+from marin_dagster.tokenize.build import build_token_cache as _build_token_cache
 from marin_dagster.tokenize.records import BadRecordError, held_out
 from marin_dagster.tokenize.tokenizer import load_tokenizer
 from tests.tokenize.conftest import write_jsonl_gz
+
+
+def build_token_cache(*args, **kwargs):
+    """Builds run in this process unless a test is about the workers."""
+    kwargs.setdefault("backend", "inline")
+    return _build_token_cache(*args, **kwargs)
 
 
 def tree_bytes(root: str) -> dict[str, bytes]:
@@ -66,8 +72,10 @@ def test_round_trip_every_document(tmp_path, shakespeare_shards, shakespeare_rec
 
 def test_byte_identical_for_one_and_two_workers(tmp_path, shakespeare_shards, bpe_dir):
     kw = dict(validation_fraction=0.2, sample_count=150)
-    one = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "w1"), max_workers=1, **kw)
-    two = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "w2"), max_workers=2, **kw)
+    one = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "w1"), max_workers=1,
+                            backend="local", **kw)
+    two = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "w2"), max_workers=2,
+                            backend="local", **kw)
     a, b = tree_bytes(str(tmp_path / "w1")), tree_bytes(str(tmp_path / "w2"))
     assert sorted(a) == sorted(b)
     assert "train/part-00003/input_ids.npy" in a and "validation/shard_ledger.json" in a
@@ -83,7 +91,7 @@ def test_sample_count_takes_the_first_documents(tmp_path, shakespeare_shards,
     for workers in (1, 2):
         out = str(tmp_path / f"s{workers}")
         stats = build_token_cache(shakespeare_shards, bpe_dir, out, sample_count=n,
-                                  max_workers=workers)
+                                  max_workers=workers, backend="local")
         cache = TokenCache.open(out)
         assert decoded_docs(cache, tok) == [r["text"] for r in shakespeare_records[:n]]
         # Still one cache shard per input shard; the ones past N are empty.
@@ -231,7 +239,7 @@ def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards
         fs.write_bytes(f"{gcs_prefix}/tok/{name}", open(os.path.join(bpe_dir, name), "rb").read())
     out = f"{gcs_prefix}/cache"
     stats = build_token_cache(f"{gcs_prefix}/raw/*.jsonl.gz", f"{gcs_prefix}/tok", out,
-                              validation_fraction=0.2, max_workers=2)
+                              validation_fraction=0.2, max_workers=2, backend="local")
     local = str(tmp_path / "local")
     build_token_cache(shakespeare_shards[:2], bpe_dir, local, validation_fraction=0.2)
     # The remote cache holds the very same bytes as a local build.

@@ -22,13 +22,14 @@ def _finished(out: str) -> list[str]:
 
 
 def test_sigkill_mid_run_redoes_only_unfinished_shards(tmp_path, shakespeare_records, bpe_dir):
-    half = shakespeare_records[: len(shakespeare_records) // 2]
+    half = shakespeare_records[: len(shakespeare_records) // 3]
     shards = [write_jsonl_gz(str(tmp_path / "in" / f"part-{i:05d}.jsonl.gz"),
                              [{**r, "id": f"{i}/{r['id']}"} for r in half])
               for i in range(NUM_SHARDS)]
     out = str(tmp_path / "cache")
     code = ("import sys; from marin_dagster.tokenize.build import build_token_cache; "
-            "build_token_cache(sys.argv[1:-2], sys.argv[-2], sys.argv[-1], validation_fraction=0.1)")
+            "build_token_cache(sys.argv[1:-2], sys.argv[-2], sys.argv[-1], validation_fraction=0.1,"
+            " max_workers=2, backend='local')")
     proc = subprocess.Popen([sys.executable, "-c", code, *shards, bpe_dir, out],
                             env=subprocess_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -45,7 +46,7 @@ def test_sigkill_mid_run_redoes_only_unfinished_shards(tmp_path, shakespeare_rec
     assert not os.path.exists(f"{out}/.stats.json")
     before = {d: os.stat(f"{d}/input_ids.npy").st_mtime_ns for d in done}
 
-    stats = build_token_cache(shards, bpe_dir, out, validation_fraction=0.1)
+    stats = build_token_cache(shards, bpe_dir, out, validation_fraction=0.1, backend="inline")
     assert stats.shards_processed == NUM_SHARDS - len(done)
     assert stats.shards_skipped == len(done)
     # The finished shards were left alone.
@@ -53,5 +54,5 @@ def test_sigkill_mid_run_redoes_only_unfinished_shards(tmp_path, shakespeare_rec
 
     # And the resumed cache is byte for byte the uninterrupted one.
     clean = str(tmp_path / "clean")
-    build_token_cache(shards, bpe_dir, clean, validation_fraction=0.1, max_workers=2)
+    build_token_cache(shards, bpe_dir, clean, validation_fraction=0.1, backend="inline")
     assert tree_bytes(out) == tree_bytes(clean)
