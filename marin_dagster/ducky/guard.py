@@ -27,7 +27,9 @@ def check_read_only(sql: str) -> str:
         raise QueryRefused(f"{len(statements)} statements given; send exactly one SELECT")
     statement = statements[0]
     if statement.type not in ALLOWED:
-        kind = statement.type.name
+        words = statement.query.split()
+        keyword = words[0].upper() if words else statement.type.name
+        kind = keyword if keyword == statement.type.name else f"{keyword} ({statement.type.name})"
         raise QueryRefused(
             f"{kind} statements are refused: the SQL service is read-only; "
             "send one SELECT (DESCRIBE, SHOW, SUMMARIZE and FROM ... are SELECTs too)"
