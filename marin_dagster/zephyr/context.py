@@ -362,7 +362,6 @@ class ZephyrContext:
                         values[i] = outcome.value
                         builtin = dict(outcome.builtin)
                         out_n = builtin.pop("stage_records_out", 0)
-                        builtin.pop("spills", None)
                         if is_final:
                             builtin["records_out"] = out_n
                         counters.add_task(builtin, outcome.user)
@@ -382,4 +381,19 @@ class ZephyrContext:
                     pending.append(i)
         finally:
             progress.close()
+        if write is not None:
+            for i in losses:
+                _remove_temp_leftovers(write.paths[i])
         return values
+
+
+def _remove_temp_leftovers(path: str) -> None:
+    """A worker killed mid-write leaves its temporary file beside the output; remove it."""
+    if not fs.is_local(path):
+        return  # object stores: the partial upload never became an object
+    folder, name = os.path.split(path)
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.listdir(folder):
+            if entry.startswith(name) and fs.is_temp_name(entry):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, entry))

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 BUILTIN_COUNTERS = ("records_in", "records_out", "records_written", "bytes_written",
-                    "partitions_skipped", "shards", "stages")
+                    "partitions_skipped", "shards", "stages", "spills")
 
 _task_counters: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
     "zephyr_task_counters", default=None)

@@ -147,13 +147,8 @@ class SchemaConflictError(ValueError):
     """A field holds values of incompatible types across records."""
 
 
-def _column(values: list[Any], field: str, typ: pa.DataType | None, first_index: int,
-            path: str) -> pa.Array:
-    if typ is not None:
-        try:
-            return pa.array(values, type=typ)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            pass
+def _column(values: list[Any], field: str, first_index: int, path: str) -> pa.Array:
+    # Inferred from the values alone; the sink widens or rejects against the file's schema.
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
@@ -179,10 +174,7 @@ def _table_from_records(records: list[Any], schema: pa.Schema | None, first_inde
                             f"{type(rec).__name__}, not a dict; map records to dicts first")
         if len(rec) != len(names) or any(k not in names for k in rec):
             names.update(dict.fromkeys(rec))
-    arrays = []
-    for name in names:
-        typ = schema.field(name).type if schema is not None and name in schema.names else None
-        arrays.append(_column([r.get(name) for r in records], name, typ, first_index, path))
+    arrays = [_column([r.get(name) for r in records], name, first_index, path) for name in names]
     return pa.Table.from_arrays(arrays, names=list(names))
 
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import cloudpickle
 import pytest
 
+import tests
 from marin_dagster.zephyr import ZephyrContext
+
+# Functions defined in test modules travel by value, so Ray workers need not import tests/.
+cloudpickle.register_pickle_by_value(tests)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,107 @@
+"""Failures: user errors fail fast with shard/file/record; other errors retry; killed workers
+are replaced and their shard rerun, with exactly-once output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from marin_dagster.zephyr import Dataset, ShardFailedError, ZephyrContext
+
+
+def _inputs(tmp_path, shards: int = 4, rows: int = 50) -> str:
+    for s in range(shards):
+        with open(tmp_path / f"in-{s}.jsonl", "w") as f:
+            for i in range(rows):
+                f.write(json.dumps({"shard": s, "i": i}) + "\n")
+    return str(tmp_path / "in-*.jsonl")
+
+
+def _attempt_log(folder) -> callable:
+    os.makedirs(folder, exist_ok=True)
+
+    def log(tag: str) -> int:
+        """Record one attempt under `tag` (a file each, visible across processes)."""
+        n = len([f for f in os.listdir(folder) if f.startswith(tag + "-")])
+        open(os.path.join(folder, f"{tag}-{n}"), "w").close()
+        return n
+    return log
+
+
+def test_user_error_fails_fast_with_position(local_ctx: ZephyrContext, tmp_path) -> None:
+    pattern = _inputs(tmp_path)
+    log = _attempt_log(tmp_path / "attempts")
+
+    def bad(r: dict) -> dict:
+        if r["shard"] == 1 and r["i"] == 3:
+            log("bad")
+            raise ValueError("negative length")
+        return r
+
+    with pytest.raises(ShardFailedError) as err:
+        local_ctx.execute(Dataset.from_files(pattern).load_jsonl().map(bad))
+    msg = str(err.value)
+    assert "shard 1 of 4" in msg and "record 3 of" in msg and "in-1.jsonl" in msg
+    assert "negative length" in msg and "user error" in msg
+    assert isinstance(err.value.__cause__, ValueError)
+    assert err.value.attempts == 1
+    assert sorted(os.listdir(tmp_path / "attempts")) == ["bad-0"], "no retry of a user error"
+
+
+def test_transient_errors_are_retried(local_ctx: ZephyrContext, tmp_path) -> None:
+    pattern = _inputs(tmp_path, shards=2, rows=5)
+    log = _attempt_log(tmp_path / "attempts")
+
+    def flaky(r: dict) -> dict:
+        if r["shard"] == 0 and r["i"] == 2 and log("flaky") < 2:
+            raise ConnectionError("storage hiccup")
+        return r
+
+    ds = Dataset.from_files(pattern).load_jsonl().map(flaky).write_jsonl(
+        str(tmp_path / "out/{shard}.jsonl"))
+    result = local_ctx.execute(ds)
+    rows = [json.loads(line) for p in result.results for line in open(p)]
+    assert len(rows) == 10 and result.counters["records_written"] == 10
+
+    def always(r: dict) -> dict:
+        raise RuntimeError("always broken")
+
+    with pytest.raises(ShardFailedError, match="failed 3 times") as err:
+        local_ctx.execute(Dataset.from_list([1]).map(always))
+    assert err.value.attempts == 3
+
+
+def _kill_once(marker: str):
+    def fn(r: dict) -> dict:
+        if r["shard"] == 2 and r["i"] == 25 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+        return r
+    return fn
+
+
+def test_killed_worker_gives_exactly_once_output(local_ctx: ZephyrContext, tmp_path) -> None:
+    pattern = _inputs(tmp_path)
+    backend = local_ctx._get_backend()
+    started = backend.workers_started
+    out_dir = tmp_path / "out"
+    ds = (Dataset.from_files(pattern).load_jsonl().map(_kill_once(str(tmp_path / "killed")))
+          .write_jsonl(str(out_dir / "part-{shard:05d}.jsonl")))
+    result = local_ctx.execute(ds)
+    assert os.path.exists(tmp_path / "killed")
+    assert local_ctx._get_backend().workers_started > started, "the dead worker was replaced"
+    assert sorted(os.listdir(out_dir)) == [f"part-{s:05d}.jsonl" for s in range(4)]
+    rows = [json.loads(line) for p in result.results for line in open(p)]
+    assert sorted((r["shard"], r["i"]) for r in rows) == [(s, i) for s in range(4) for i in range(50)]
+    assert result.counters["records_written"] == 200 and result.counters["records_in"] == 200
+
+    # Killed in the map side of a shuffle: the dead attempt's partial runs are never read.
+    os.remove(tmp_path / "killed")
+    grouped = (Dataset.from_files(pattern).load_jsonl().map(_kill_once(str(tmp_path / "killed")))
+               .group_by(lambda r: r["i"], lambda k, items: (k, sorted(r["shard"] for r in items)),
+                         num_output_shards=3))
+    out = local_ctx.execute(grouped).results
+    assert sorted(out) == [(i, [0, 1, 2, 3]) for i in range(50)]

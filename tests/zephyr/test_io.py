@@ -1,0 +1,146 @@
+"""Readers and writers: formats, compression, schema widening, {basename}, skip_existing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from marin_dagster.zephyr import Dataset, SchemaConflictError, ShardFailedError, ZephyrContext
+
+ROWS = [{"id": i, "text": f"line {i}", "score": i / 10} for i in range(30)]
+
+
+def _write_jsonl(path, rows) -> None:
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data)
+    elif str(path).endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_jsonl_round_trip(local_ctx: ZephyrContext, tmp_path, ext: str) -> None:
+    _write_jsonl(tmp_path / f"in{ext}", ROWS)
+    out = local_ctx.execute(Dataset.from_files(str(tmp_path / f"in{ext}")).load_jsonl()
+                            .write_jsonl(str(tmp_path / f"out/{{basename}}-copy{ext}"))).results
+    assert out == [str(tmp_path / f"out/in-copy{ext}")]
+    back = local_ctx.execute(Dataset.from_files(out[0]).load_file()).results
+    assert back == ROWS
+
+
+def test_parquet_csv_round_trip_and_row_group_splits(local_ctx: ZephyrContext, tmp_path) -> None:
+    table = pa.Table.from_pylist(ROWS)
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=5)  # 6 row groups
+    pacsv.write_csv(table, tmp_path / "in.csv")
+    ds = Dataset.from_files(str(tmp_path / "in.parquet")).load_parquet(columns=["id", "text"])
+    assert local_ctx.execute(ds).results == [{"id": r["id"], "text": r["text"]} for r in ROWS]
+    size = pq.ParquetFile(tmp_path / "in.parquet").metadata.row_group(0).total_byte_size
+    split = Dataset.from_files(str(tmp_path / "in.parquet")).load_parquet(
+        approx_shard_bytes=2 * size).map_shard(lambda items, info: [(info.shard_idx, len(list(items)))])
+    shards = local_ctx.execute(split).results
+    assert len(shards) >= 3 and sum(n for _, n in shards) == 30
+    assert local_ctx.execute(Dataset.from_files(str(tmp_path / "in.csv")).load_csv()).results == ROWS
+    out = local_ctx.execute(Dataset.from_list(ROWS).write_csv(str(tmp_path / "o.csv"))).results
+    assert pacsv.read_csv(out[0]).to_pylist() == ROWS
+
+
+def test_include_file_paths(local_ctx: ZephyrContext, tmp_path) -> None:
+    _write_jsonl(tmp_path / "a.jsonl", ROWS[:2])
+    out = local_ctx.execute(Dataset.from_files(str(tmp_path / "*.jsonl"))
+                            .load_jsonl(include_file_paths=True)).results
+    assert {r["file_path"] for r in out} == {str(tmp_path / "a.jsonl")}
+
+
+def test_parquet_schema_widens(local_ctx: ZephyrContext, tmp_path, monkeypatch) -> None:
+    rows = ([{"a": 1, "b": None}] * 3 + [{"a": 2.5, "b": "x"}] + [{"a": 3, "c": [1, 2]}])
+    from marin_dagster.zephyr import writers
+
+    # Tiny buffers, so widening happens after rows were already written (the rewrite path).
+    monkeypatch.setattr(writers, "PARQUET_ROWS", 2)
+    ctx = ZephyrContext(backend="inline")
+    out = ctx.execute(Dataset.from_list(rows).write_parquet(str(tmp_path / "w.parquet"))).results
+    table = pq.read_table(out[0])
+    assert table.schema.field("a").type == pa.float64()
+    assert table.schema.field("b").type == pa.string()
+    assert table.to_pylist() == [{"a": 1.0, "b": None, "c": None}] * 3 + [
+        {"a": 2.5, "b": "x", "c": None}, {"a": 3.0, "b": None, "c": [1, 2]}]
+    assert pq.ParquetFile(out[0]).metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_parquet_type_conflict_names_field(local_ctx: ZephyrContext, tmp_path) -> None:
+    rows = [{"id": i, "tag": "t"} for i in range(5)] + [{"id": 5, "tag": {"nested": 1}}]
+    with pytest.raises(ShardFailedError, match="'tag'") as err:
+        local_ctx.execute(Dataset.from_list(rows).write_parquet(str(tmp_path / "bad.parquet")))
+    assert isinstance(err.value.__cause__, SchemaConflictError)
+    assert not os.listdir(tmp_path), "a failed write leaves no file behind"
+
+
+def test_map_batches_and_select(local_ctx: ZephyrContext, tmp_path) -> None:
+    import pyarrow.compute as pc
+
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "in.parquet")
+    ds = (Dataset.from_files(str(tmp_path / "*.parquet")).load_parquet()
+          .map_batches(lambda b: b.append_column("len", pc.utf8_length(b.column("text"))))
+          .write_parquet(str(tmp_path / "out/{basename}.parquet")))
+    out = local_ctx.execute(ds).results
+    assert pq.read_table(out[0]).column("len").to_pylist() == [len(r["text"]) for r in ROWS]
+    sel = Dataset.from_list(ROWS).select("id").take_per_shard(3)
+    assert local_ctx.execute(sel).results == [{"id": 0}, {"id": 1}, {"id": 2}]
+
+
+def test_skip_existing_does_not_touch_or_rerun(local_ctx: ZephyrContext, tmp_path) -> None:
+    for i in range(3):
+        _write_jsonl(tmp_path / f"in-{i}.jsonl", [{"shard": i}])
+    calls = tmp_path / "calls"
+    calls.mkdir()
+
+    def record_call(r: dict) -> dict:
+        # One file per call: proves which shards' upstream ran, across processes.
+        open(calls / f"{r['shard']}-{os.getpid()}-{len(os.listdir(calls))}", "w").close()
+        return r
+
+    out_pattern = str(tmp_path / "out/part-{shard:05d}-of-{total:05d}.jsonl")
+    ds = (Dataset.from_files(str(tmp_path / "in-*.jsonl")).load_jsonl().map(record_call)
+          .write_jsonl(out_pattern, skip_existing=True))
+    first = local_ctx.execute(ds)
+    assert len(os.listdir(calls)) == 3 and first.counters["partitions_skipped"] == 0
+    # Overwrite shard 1 with marker bytes and remove shard 2: only shard 2 may run again.
+    with open(first.results[1], "wb") as f:
+        f.write(b"marker bytes\n")
+    os.remove(first.results[2])
+    for f in os.listdir(calls):
+        os.remove(calls / f)
+    second = local_ctx.execute(ds)
+    assert second.results == first.results
+    assert [f.split("-")[0] for f in os.listdir(calls)] == ["2"]
+    assert open(first.results[1], "rb").read() == b"marker bytes\n"
+    assert second.counters["partitions_skipped"] == 2
+    # Everything there: nothing runs at all, even after a barrier.
+    for f in os.listdir(calls):
+        os.remove(calls / f)
+    grouped = (Dataset.from_files(str(tmp_path / "in-*.jsonl")).load_jsonl().map(record_call)
+               .group_by(lambda r: r["shard"], lambda k, items: {"k": k}, num_output_shards=2)
+               .write_jsonl(str(tmp_path / "g/{shard}.jsonl"), skip_existing=True))
+    local_ctx.execute(grouped)
+    for f in os.listdir(calls):
+        os.remove(calls / f)
+    third = local_ctx.execute(grouped)
+    assert os.listdir(calls) == [] and third.counters["partitions_skipped"] == 2
+
+
+def test_dry_run_plans_without_running(tmp_path) -> None:
+    calls: list[int] = []
+    ds = (Dataset.from_list([1, 2]).map(lambda x: calls.append(x) or x).filter(bool)
+          .group_by(lambda x: x, lambda k, it: k).map(str))
+    result = ZephyrContext(backend="inline").execute(ds, dry_run=True)
+    assert calls == [] and result.results == []
+    assert "2 stage(s)" in result.plan and "scatter" in result.plan
