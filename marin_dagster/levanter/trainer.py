@@ -171,6 +171,7 @@ class TrainResult:
     metrics_path: str
     loss_curve_path: str
     checkpoint_path: str
+    num_devices: int = 1
     mfu_formula: str = MFU_FORMULA
 
     def to_dict(self) -> dict[str, Any]:
@@ -481,16 +482,16 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
         prompt = sample_prompt or [data.components[0].cache.eos_id or int(first[0, 0])]
         sample_ids = generate(state["params"], model, prompt, settings.sample_tokens,
                               temperature=settings.sample_temperature, seed=config.seed,
-                              compute_dtype=settings.compute_dtype)
+                              compute_dtype=settings.compute_dtype) if settings.sample_tokens else []
         result = TrainResult(
             output_path=output_path, final_step=final_step, final_train_loss=last_loss,
             eval=evals, eval_loss=_mean_eval_loss(evals), tokens_per_second=tokens_per_second,
             mfu=None if tokens_per_second is None else tokens_per_second * flops_per_token / peak,
             total_tokens=final_step * tokens_per_step, num_parameters=model.num_parameters(),
             flops_per_token=flops_per_token, peak_flops=peak, resumed_from_step=resumed_from,
-            sample_text=None if decode is None else decode(prompt + sample_ids), sample_ids=sample_ids,
+            sample_text=None if decode is None or not sample_ids else decode(prompt + sample_ids), sample_ids=sample_ids,
             params_path=params_path, metrics_path=metrics_log.path, loss_curve_path=curve_path,
-            checkpoint_path=checkpointer.step_path(final_step))
+            checkpoint_path=checkpointer.step_path(final_step), num_devices=n_devices)
         fs.write_json(fs.join(output_path, "train_result.json"), result.to_dict())
         return result
     finally:

@@ -1,0 +1,48 @@
+"""LevanterResource builds the engine's settings and formats metrics for a logger."""
+
+from __future__ import annotations
+
+import logging
+
+import dagster as dg
+import pytest
+
+from marin_dagster.levanter import TrainerSettings
+from resources.levanter import LevanterResource, format_metrics
+
+
+def test_settings_come_from_the_resource_fields() -> None:
+    resource = LevanterResource(precision="bfloat16", mesh="fsdp", num_devices=2, checkpoint_every_steps=50,
+                                checkpoint_every_minutes=None, keep=3, log_every=5)
+    assert resource.settings() == TrainerSettings(
+        compute_dtype="bfloat16", parallelism="fsdp", num_devices=2, checkpoint_every_steps=50,
+        checkpoint_every_minutes=None, keep=3, log_every=5)
+
+
+def test_bad_precision_is_refused_by_dagster_config() -> None:
+    @dg.op
+    def uses(levanter: LevanterResource) -> str:
+        return levanter.settings().compute_dtype
+
+    @dg.job(resource_defs={"levanter": LevanterResource.configure_at_launch()})
+    def job() -> None:
+        uses()
+
+    ok = job.execute_in_process(run_config={"resources": {"levanter": {"config": {"precision": "bfloat16"}}}})
+    assert ok.output_for_node("uses") == "bfloat16"
+    with pytest.raises(dg.DagsterInvalidConfigError, match="precision"):
+        job.execute_in_process(run_config={"resources": {"levanter": {"config": {"precision": "float8"}}}})
+
+
+def test_metrics_logger_writes_rows(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("tests.levanter.resource")
+    on_metrics = LevanterResource().metrics_logger(logger)
+    with caplog.at_level(logging.INFO, logger="tests.levanter.resource"):
+        on_metrics({"step": 10, "loss": 2.5, "learning_rate": 1e-3, "grad_norm": 0.5,
+                    "tokens_per_second": 1234.0, "mfu": 0.0123})
+        on_metrics({"step": 10, "eval/val/loss": 2.25})
+    assert caplog.messages == [
+        "step 10 loss 2.5000 learning_rate 0.001 grad_norm 0.500 tokens_per_second 1234 mfu 1.23%",
+        "step 10 eval/val/loss 2.2500",
+    ]
+    assert format_metrics({"step": 1}) == "step 1"
