@@ -1,22 +1,33 @@
 """Dupekit: exact and fuzzy (MinHash-LSH) deduplication, with a MinHash kernel in JAX.
 
 See docs/dupekit.md for the algorithms, the output layout and the formats.
+
+Names resolve lazily, so a worker running only exact dedup never imports JAX.
 """
 
-from marin_dagster.dupekit.lsh import load_minhash_lsh, optimal_param, read_signatures
-from marin_dagster.dupekit.minhash import MinHasher
-from marin_dagster.dupekit.pipeline import DedupConfig, DedupResult, deduplicate
-from marin_dagster.dupekit.shingles import ShingleConfig, shingle_hashes, shingle_strings
+from __future__ import annotations
 
-__all__ = [
-    "DedupConfig",
-    "DedupResult",
-    "MinHasher",
-    "ShingleConfig",
-    "deduplicate",
-    "load_minhash_lsh",
-    "optimal_param",
-    "read_signatures",
-    "shingle_hashes",
-    "shingle_strings",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DedupConfig": "pipeline",
+    "DedupResult": "pipeline",
+    "deduplicate": "pipeline",
+    "MinHasher": "minhash",
+    "ShingleConfig": "shingles",
+    "shingle_hashes": "shingles",
+    "shingle_strings": "shingles",
+    "load_minhash_lsh": "lsh",
+    "optimal_param": "lsh",
+    "read_signatures": "lsh",
+    "write_signatures": "lsh",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'marin_dagster.dupekit' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"marin_dagster.dupekit.{_EXPORTS[name]}"), name)

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from scipy.integrate import quad
 
 from marin_dagster import fs
 
@@ -38,11 +37,15 @@ _META_KEY = b"dupekit"
 
 
 def _false_positive_area(threshold: float, b: int, r: int) -> float:
+    from scipy.integrate import quad
+
     area, _err = quad(lambda s: 1 - (1 - s ** float(r)) ** float(b), 0.0, threshold)
     return area
 
 
 def _false_negative_area(threshold: float, b: int, r: int) -> float:
+    from scipy.integrate import quad
+
     area, _err = quad(lambda s: 1 - (1 - (1 - s ** float(r)) ** float(b)), threshold, 1.0)
     return area
 

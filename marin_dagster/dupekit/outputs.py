@@ -120,7 +120,8 @@ class WriteOutputs:
 
         # Both files stream side by side; each appears only once complete.
         with fs.atomic_write(attributes_path, "wb") as raw, \
-                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as attributes:
+                gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=1,
+                              mtime=0) as attributes:
             kept = write_jsonl(documents_path, docs(attributes))
             if pending is not None:
                 raise ValueError(f"{source.path}: marks name record {pending[0]}, which the file "

@@ -28,7 +28,6 @@ from marin_dagster.dupekit.exact import (
     first_of_paragraph_group,
     hash_of,
 )
-from marin_dagster.dupekit.fuzzy import BandRecords, BucketLinks, FuzzySettings, bucket_of
 from marin_dagster.dupekit.lsh import LSHParams
 from marin_dagster.dupekit.outputs import WriteMarks, WriteOutputs, file_of, mark_order
 from marin_dagster.dupekit.records import key_id, key_position, resolve_sources
@@ -210,6 +209,9 @@ def _find_duplicates(config: DedupConfig, sources: list, output_path: str, work:
             .group_by(key=file_of, reducer=write_marks, sort_by=mark_order,
                       num_output_shards=shards)).counters.as_dict())
         return extra, counters
+
+    # Imported here: fuzzy stages need JAX, exact ones do not.
+    from marin_dagster.dupekit.fuzzy import BandRecords, BucketLinks, FuzzySettings, bucket_of
 
     lsh = config.lsh_params()
     settings = FuzzySettings(ShingleConfig(config.shingle, config.ngram), config.num_perm,

@@ -24,9 +24,10 @@ def _all(paths: list[str]) -> list[dict]:
     return [r for p in paths for r in read_jsonl_gz(p)]
 
 
-def test_exact_finds_every_identical_milton_pair(shakespeare_docs, corpus_files, tmp_path):
+def test_exact_finds_every_identical_milton_pair(shakespeare_docs, corpus_files, local_ctx,
+                                                 tmp_path):
     out = str(tmp_path / "dedup")
-    result = deduplicate(corpus_files, out, mode="exact", max_workers=2)
+    result = deduplicate(corpus_files, out, mode="exact", context=local_ctx)
 
     by_bytes: dict[str, list[str]] = {}
     for d in shakespeare_docs:
@@ -90,7 +91,7 @@ def test_exact_edge_cases(tmp_path):
         "documents/a.jsonl.gz", "documents/sub/b.jsonl.gz"]
 
 
-def test_paragraph_dedup(tmp_path):
+def test_paragraph_dedup(local_ctx, tmp_path):
     shared = "A line every page repeats."
     f1 = write_jsonl_gz(str(tmp_path / "in/1.jsonl"), [
         {"id": "d2", "text": f"Unique opening.\n{shared}\n\nSecond unique line."},
@@ -100,7 +101,7 @@ def test_paragraph_dedup(tmp_path):
         {"id": "d1", "text": f"First.\n{shared}"},
         {"id": "d4", "text": "First."},
     ])
-    result = deduplicate([f2, f1], str(tmp_path / "out"), mode="paragraph", max_workers=2)
+    result = deduplicate([f2, f1], str(tmp_path / "out"), mode="paragraph", context=local_ctx)
     attrs = {r["id"]: r for p in result.attributes for r in read_jsonl_gz(p)}
     docs = {r["id"]: r for p in result.documents for r in read_jsonl_gz(p)}
     source = {"d2": f"Unique opening.\n{shared}\n\nSecond unique line.",
