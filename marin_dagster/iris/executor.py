@@ -546,6 +546,25 @@ class IrisStepHandler(StepHandler):
         )
         return CheckStepHealthResult.unhealthy(reason + detail)
 
+    def close(self, exit_wait_seconds: float = 30.0) -> None:
+        """End of the run's plan: let finished steps' processes exit, then free every lease.
+
+        A step reports success a moment before its process exits; its devices stay leased
+        until then (its memory is still in use). Processes still alive after the wait are
+        stopped, so a long-lived run worker (an in-process script) keeps no lease or child.
+        """
+        with self._lock:
+            for st in self._steps.values():
+                if st.status == "running" and st.proc is not None:
+                    try:
+                        st.proc.wait(timeout=exit_wait_seconds)
+                    except subprocess.TimeoutExpired:
+                        logger.warning("step %s still running at the end of its run; stopping it", st.key)
+                        stop_process_group(st.proc, self._settings.termination_grace_seconds)
+            self._poll()
+            if self._leases is not None:
+                self._leases.release_all()
+
     def terminate_step(self, step_handler_context: StepHandlerContext) -> Iterator[DagsterEvent]:
         with self._lock:
             key = self._step_key(step_handler_context)
@@ -571,6 +590,20 @@ class IrisStepHandler(StepHandler):
         yield self._event(st, message)
 
 
+class IrisExecutor(StepDelegatingExecutor):
+    """The step-delegating executor, plus cleanup of the handler when the run's plan is done."""
+
+    def __init__(self, step_handler: IrisStepHandler, **kwargs: Any) -> None:
+        super().__init__(step_handler, **kwargs)
+        self._iris_handler = step_handler
+
+    def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[DagsterEvent]:
+        try:
+            yield from super().execute(plan_context, execution_plan)
+        finally:
+            self._iris_handler.close()
+
+
 @executor(
     name="iris",
     config_schema=IRIS_EXECUTOR_CONFIG_SCHEMA,
@@ -586,7 +619,7 @@ def iris_executor(init_context: InitExecutorContext) -> Executor:
     config = init_context.executor_config
     settings = IrisSettings.from_config(config)
     retries = RetryMode.from_config(config["retries"])
-    return StepDelegatingExecutor(
+    return IrisExecutor(
         IrisStepHandler(settings, check.not_none(retries)),
         retries=check.not_none(retries),
         sleep_seconds=config.get("sleep_seconds"),
@@ -597,6 +630,7 @@ def iris_executor(init_context: InitExecutorContext) -> Executor:
 
 __all__ = [
     "IRIS_EXECUTOR_CONFIG_SCHEMA",
+    "IrisExecutor",
     "IrisSettings",
     "IrisStepHandler",
     "iris_executor",

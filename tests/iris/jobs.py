@@ -1,0 +1,198 @@
+"""Jobs the Iris tests run through `execute_job(reconstructable(...))`.
+
+Step-delegating executors start each step in a new process that re-imports its job, so the
+jobs live in an importable module. Assets record what they saw into IRIS_TEST_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+
+from marin_dagster.iris import ResourceConfig
+from marin_dagster.iris.executor import iris_executor
+from marin_dagster.iris.placement import iris_placement_metadata
+
+GPU1 = ResourceConfig.parse("gpu:1").to_op_tags()
+CPU = ResourceConfig.parse("cpu").to_op_tags()
+
+
+def _dir() -> str:
+    return os.environ["IRIS_TEST_DIR"]
+
+
+def _record(name: str, **extra: object) -> None:
+    with open(os.path.join(_dir(), f"{name}.jsonl"), "a") as f:
+        f.write(json.dumps({"t": time.time(), "pid": os.getpid(), **extra}) + "\n")
+
+
+def _wait_for(path: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _gpu_step(name: str) -> dg.MaterializeResult:
+    env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MARIN_IRIS_ASSIGNED_DEVICES",
+                                          "MARIN_IRIS_REQUESTED", "MARIN_IRIS_LAUNCHER")}
+    _record(f"{name}.start", env=env)
+    open(os.path.join(_dir(), f"{name}.started"), "w").close()
+    time.sleep(1.0)
+    _record(f"{name}.end")
+    return dg.MaterializeResult(metadata=iris_placement_metadata())
+
+
+# -- local launcher: one CPU asset, two gpu:1 assets ------------------------------------------
+
+
+@dg.asset(op_tags=CPU)
+def cpu_side() -> dg.MaterializeResult:
+    _record("cpu_side.start", env={"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")})
+    # Runs alongside: finishes only once a GPU step has started (a serial executor never gets there).
+    seen = _wait_for(os.path.join(_dir(), "gpu_a.started"), 120) or _wait_for(
+        os.path.join(_dir(), "gpu_b.started"), 1
+    )
+    if not seen:
+        raise RuntimeError("no GPU step started while the CPU step ran")
+    _record("cpu_side.end")
+    return dg.MaterializeResult(metadata=iris_placement_metadata())
+
+
+@dg.asset(op_tags=GPU1)
+def gpu_a() -> dg.MaterializeResult:
+    return _gpu_step("gpu_a")
+
+
+@dg.asset(op_tags=GPU1)
+def gpu_b() -> dg.MaterializeResult:
+    return _gpu_step("gpu_b")
+
+
+def local_gpu_job() -> dg.JobDefinition:
+    return dg.Definitions(
+        assets=[cpu_side, gpu_a, gpu_b],
+        jobs=[dg.define_asset_job("local_gpu_job", selection=["cpu_side", "gpu_a", "gpu_b"])],
+        executor=iris_executor,
+    ).resolve_job_def("local_gpu_job")
+
+
+# -- retries: preempted once, always preempted, raising --------------------------------------
+
+
+@dg.asset(op_tags=CPU)
+def preempted_once() -> dg.MaterializeResult:
+    marker = os.path.join(_dir(), "preempted_once.marker")
+    _record("preempted_once.attempt", attempt=os.environ.get("MARIN_IRIS_ATTEMPT"))
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        # What a scheduler does to a preempted worker.
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    return dg.MaterializeResult(metadata=iris_placement_metadata())
+
+
+@dg.asset(op_tags=CPU)
+def always_preempted() -> None:
+    _record("always_preempted.attempt")
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+
+
+@dg.asset(op_tags=CPU)
+def raises() -> None:
+    _record("raises.attempt")
+    raise ValueError("deliberate failure in raises()")
+
+
+def retry_job() -> dg.JobDefinition:
+    return dg.Definitions(
+        assets=[preempted_once, always_preempted, raises],
+        jobs=[dg.define_asset_job("retry_job", selection=["preempted_once", "always_preempted", "raises"])],
+        executor=iris_executor,
+    ).resolve_job_def("retry_job")
+
+
+# -- termination: long steps that spawn children ----------------------------------------------
+
+
+def _long_step(name: str) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    _record(f"{name}.pids", pid=os.getpid(), child=child.pid)
+    time.sleep(600)
+
+
+@dg.asset(op_tags=CPU)
+def long_cpu() -> None:
+    _long_step("long_cpu")
+
+
+@dg.asset(op_tags=GPU1)
+def long_gpu() -> None:
+    _long_step("long_gpu")
+
+
+def long_job() -> dg.JobDefinition:
+    return dg.Definitions(
+        assets=[long_cpu, long_gpu],
+        jobs=[dg.define_asset_job("long_job", selection=["long_cpu", "long_gpu"])],
+        executor=iris_executor,
+    ).resolve_job_def("long_job")
+
+
+# -- impossible and unreadable requests ---------------------------------------------------------
+
+
+@dg.asset(op_tags=ResourceConfig.parse("gpu:2").to_op_tags())
+def two_gpus() -> None:
+    _record("two_gpus.ran")
+
+
+@dg.asset(op_tags={"marin/resources": "gpu:z999"})
+def bad_tag() -> None:
+    _record("bad_tag.ran")
+
+
+def impossible_job() -> dg.JobDefinition:
+    return dg.Definitions(
+        assets=[cpu_side, two_gpus],
+        jobs=[dg.define_asset_job("impossible_job", selection=["cpu_side", "two_gpus"])],
+        executor=iris_executor,
+    ).resolve_job_def("impossible_job")
+
+
+def bad_tag_job() -> dg.JobDefinition:
+    return dg.Definitions(
+        assets=[bad_tag],
+        jobs=[dg.define_asset_job("bad_tag_job", selection=["bad_tag"])],
+        executor=iris_executor,
+    ).resolve_job_def("bad_tag_job")
+
+
+# -- Kubernetes: one GPU and one TPU step (rendered and launched against a fake API) ----------
+
+
+@dg.asset(op_tags=ResourceConfig.parse("gpu:h100x8 cpu=16 ram=128g").to_op_tags())
+def train_gpu() -> None:
+    _record("train_gpu.ran")
+
+
+@dg.asset(op_tags=ResourceConfig.parse("tpu:v5e-8").to_op_tags())
+def train_tpu() -> None:
+    _record("train_tpu.ran")
+
+
+def k8s_job() -> dg.JobDefinition:
+    return dg.Definitions(
+        assets=[train_gpu, train_tpu],
+        jobs=[dg.define_asset_job("k8s_job", selection=["train_gpu", "train_tpu"])],
+        executor=iris_executor,
+    ).resolve_job_def("k8s_job")
