@@ -124,6 +124,7 @@ class Stage:
     reshard: int | None = None  # after a MaterializeSink upstream: split into this many shards
     source_paths: list[str | None] = field(default_factory=list)
     is_source: bool = False
+    source_desc: str = "source"
 
     @property
     def name(self) -> str:
@@ -133,7 +134,7 @@ class Stage:
                 MaterializeSink: "materialize", ReduceSink: "reduce"}[type(self.sink)]
         if isinstance(self.sink, WriteSink):
             sink = f"write_{self.sink.op.writer_type}"
-        head = "source" if self.is_source else f"from stage {self.upstream}"
+        head = self.source_desc if self.is_source else f"from stage {self.upstream}"
         return f"stage {self.index} [{head}: {' -> '.join([*map(repr, self.ops), sink])}]" if parts \
             else f"stage {self.index} [{head}: {sink}]"
 
@@ -156,11 +157,11 @@ class PhysicalPlan:
 def _resolve_glob(source: GlobSource) -> list[str]:
     filesystem, fs_path = fs.url_to_fs(source.pattern)
     protocol = source.pattern.split("://", 1)[0] if "://" in source.pattern else None
-    matches = filesystem.glob(fs_path)
-    if not isinstance(matches, list):
-        matches = list(matches)
-    paths = sorted(f"{protocol}://{p}" if protocol and protocol != "file" else p for p in matches
-                   if not fs.is_temp_name(p) and not filesystem.isdir(p))
+    # detail=True: types come with the one listing call, no stat per file.
+    matches = filesystem.glob(fs_path, detail=True)
+    paths = sorted(f"{protocol}://{p}" if protocol and protocol != "file" else p
+                   for p, info in matches.items()
+                   if info.get("type") != "directory" and not fs.is_temp_name(p))
     if not paths and not source.empty_glob_ok:
         raise FileNotFoundError(f"no files match {source.pattern!r}; check the pattern, or pass "
                                 "empty_glob_ok=True if an empty input is expected")
@@ -191,10 +192,12 @@ class _Planner:
         ops = list(ds.operations)
         inputs: list[Any]
         paths: list[str | None]
+        load_fused = False
         if isinstance(ds.source, GlobSource):
             files = _resolve_glob(ds.source)
             if ops and isinstance(ops[0], LoadFileOp):
                 load = ops.pop(0)
+                load_fused = True
                 inputs, paths = [], []
                 for f in files:
                     fmt = detect_format(f) if load.format == "auto" else load.format
@@ -211,7 +214,8 @@ class _Planner:
             items = list(ds.source)
             inputs = [ItemsInput(items)] if items else []
             paths = [None] * len(inputs)
-        if ops and isinstance(ops[0], ReshardOp):
+        if ops and isinstance(ops[0], ReshardOp) and not load_fused:
+            # Directly on the source: split the items (or the file list) without a barrier.
             n = ops.pop(0).num_shards
             if all(isinstance(i, ItemsInput) for i in inputs):
                 flat = [x for i in inputs for x in i.items]
@@ -223,8 +227,12 @@ class _Planner:
                 inputs = [MultiInput(g) for g in groups]
                 paths = [None] * n
 
+        if isinstance(ds.source, GlobSource):
+            desc = f"{ds.source.pattern}" + (f" {load!r}" if load_fused else "")
+        else:
+            desc = f"{len(ds.source)} items"
         stage = Stage(index=-1, ops=[], sink=None, num_shards=len(inputs), source_inputs=inputs,
-                      source_paths=paths, is_source=True)
+                      source_paths=paths, is_source=True, source_desc=desc)
         for op in ops:
             if isinstance(op, RECORD_WISE_OPS):
                 if isinstance(op, JoinOp):
