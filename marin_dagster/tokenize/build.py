@@ -101,7 +101,7 @@ class TokenCacheStats:
     output_path: str
     splits: dict[str, dict[str, int]]
     dtype: str
-    eos_id: int | None
+    eos_id: int | None  # the id appended after each document (None: append_eos=False)
     vocab_size: int
     shards_total: int
     shards_processed: int
@@ -289,7 +289,7 @@ def _sample_limits(files: Sequence[str], sample_count: int | None,
     return limits
 
 
-def run_jobs(jobs: Sequence[ShardJob], max_workers: int, backend: str = "local",
+def run_jobs(jobs: Sequence[ShardJob], max_workers: int | None, backend: str = "local",
              **context_options: Any) -> list[ShardResult]:
     """Run the shard jobs as one Zephyr stage, one shard per job; results in job order."""
     if not jobs:
@@ -327,7 +327,8 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
                       sample_count: int | None = None, validation_fraction: float = 0.0,
                       validation_files: str | Sequence[str] | None = None,
                       skip_bad_records: bool = False, dtype: Any | None = None,
-                      max_workers: int = 2, backend: str = "local") -> TokenCacheStats:
+                      max_workers: int | None = None, backend: str = "local",
+                      ) -> TokenCacheStats:
     """Tokenize ``source_files`` into a token cache at ``output_path``; resumable by shard.
 
     ``tokenizer``: a Tokenizer, a tokenizer.json path, a directory holding one,
@@ -361,7 +362,8 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
     eos_for_jobs = eos_id if append_eos else None
     jobs = [ShardJob(t, output_path, tokenizer_json, options, dt.name, eos_for_jobs) for t in tasks]
 
-    logger.info("tokenizing %d shards into %s with %d workers", len(jobs), output_path, max_workers)
+    logger.info("tokenizing %d shards into %s (%s backend, max_workers=%s)", len(jobs),
+                output_path, backend, max_workers)
     results = run_jobs(jobs, max_workers, backend)
 
     ledgers: dict[str, dict[str, Any]] = {}
@@ -379,7 +381,7 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
         splits={s: {"num_tokens": int(lg["num_tokens"]), "num_docs": int(lg["num_docs"]),
                     "num_bytes": int(lg["num_bytes"]), "num_shards": len(lg["shards"])}
                 for s, lg in ledgers.items()},
-        dtype=dt.name, eos_id=eos_id, vocab_size=vocab_size(tok),
+        dtype=dt.name, eos_id=eos_for_jobs, vocab_size=vocab_size(tok),
         shards_total=len(results), shards_processed=processed,
         shards_skipped=len(results) - processed,
         num_records=sum(r.num_records for r in results),

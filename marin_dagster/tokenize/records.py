@@ -164,3 +164,24 @@ def held_out(doc_id: str, fraction: float) -> bool:
         return True
     digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8, person=b"marin-val").digest()
     return int.from_bytes(digest, "big") < fraction * (1 << 64)
+
+
+def iter_texts(paths: Iterable[str], text_key: str = "text", id_key: str | None = "id", *,
+               skip_bad_records: bool = False, counts: RecordCounts | None = None,
+               held_out_fraction: float = 0.0, held_out_docs: list[Document] | None = None,
+               max_held_out: int = 0) -> Iterator[str]:
+    """Document texts of ``paths`` in order, streamed (one record in memory at a time).
+
+    With ``held_out_fraction``, documents whose id hashes into that fraction
+    are not yielded; the first ``max_held_out`` of them are appended to
+    ``held_out_docs`` instead (a bounded sample for evaluating a tokenizer).
+    """
+    for path in paths:
+        for doc in iter_documents(read_records(path), path, text_key, id_key,
+                                  skip_bad_records=skip_bad_records, counts=counts):
+            if held_out_fraction > 0 and held_out(doc.doc_id, held_out_fraction):
+                if held_out_docs is not None and len(held_out_docs) < max_held_out:
+                    held_out_docs.append(doc)
+                continue
+            yield doc.text
+

@@ -154,6 +154,46 @@ def train_tokenizer(texts: Iterable[str], output_dir: str,
     return save_tokenizer(tok, output_dir, info)
 
 
+def train_tokenizer_from_files(source_files: Sequence[str], output_dir: str,
+                               config: BpeTrainingConfig | None = None, *,
+                               text_key: str = "text", id_key: str | None = "id",
+                               held_out_fraction: float = 0.05, max_held_out_docs: int = 16,
+                               skip_bad_records: bool = False, n_examples: int = 3,
+                               **overrides: Any) -> TrainedTokenizer:
+    """Train on the documents of ``source_files`` (JSONL/Parquet shards), streamed.
+
+    Documents whose id hashes into ``held_out_fraction`` (the same hash as the
+    token cache's validation split) are kept out of training; up to
+    ``max_held_out_docs`` of them measure bytes per token. The result's
+    config (also in tokenizer_config.json) holds ``bytes_per_token`` (None when
+    no document was held out), ``held_out_docs``, ``examples`` and record counts.
+    """
+    from marin_dagster.tokenize.records import RecordCounts, iter_texts
+
+    counts = RecordCounts()
+    held: list[Any] = []
+    texts = iter_texts(source_files, text_key, id_key, skip_bad_records=skip_bad_records,
+                       counts=counts, held_out_fraction=held_out_fraction, held_out_docs=held,
+                       max_held_out=max_held_out_docs)
+    base = config or BpeTrainingConfig()
+    if overrides:
+        if "special_tokens" in overrides:
+            overrides["special_tokens"] = tuple(overrides["special_tokens"])
+        base = BpeTrainingConfig(**{**asdict(base), **overrides})
+    tok, info = train_bpe(texts, base)
+    held_texts = [d.text for d in held]
+    info.update({
+        "held_out_fraction": held_out_fraction,
+        "held_out_docs": len(held_texts),
+        "bytes_per_token": bytes_per_token(tok, held_texts) if held_texts else None,
+        "examples": encode_examples(tok, held_texts, n_examples),
+        "num_records": counts.records,
+        "num_empty": counts.empty,
+        "num_bad": counts.bad,
+    })
+    return save_tokenizer(tok, output_dir, info)
+
+
 def _looks_like_path(spec: str) -> bool:
     return ("://" in spec or spec.endswith(".json") or spec.startswith((".", "/", "~"))
             or os.path.exists(os.path.expanduser(spec)))

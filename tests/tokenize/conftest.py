@@ -67,9 +67,10 @@ def shakespeare_shards(tmp_path_factory: pytest.TempPathFactory,
 
 @pytest.fixture(scope="session")
 def bpe_dir(tmp_path_factory: pytest.TempPathFactory, shakespeare_docs: list[dict]) -> str:
-    """A byte-level BPE (vocab 1024) trained on the sample, saved as a directory."""
+    """A byte-level BPE (vocab 1024) trained on half the sample, saved as a directory."""
     from marin_dagster.tokenize.tokenizer import train_tokenizer
 
     out = str(tmp_path_factory.mktemp("tokenizer") / "bpe")
-    train_tokenizer((d["text"] for d in shakespeare_docs), out, vocab_size=VOCAB_SIZE)
+    train_tokenizer((d["text"] for d in shakespeare_docs[: NUM_DOCS // 2]), out,
+                    vocab_size=VOCAB_SIZE)
     return out

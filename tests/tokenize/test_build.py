@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from marin_dagster.tokenize import TokenCache
+from marin_dagster.tokenize import TokenCache, summarize_cache
 from marin_dagster.tokenize.build import build_token_cache as _build_token_cache
 from marin_dagster.tokenize.records import BadRecordError, held_out
 from marin_dagster.tokenize.tokenizer import load_tokenizer
@@ -64,6 +64,15 @@ def test_round_trip_every_document(tmp_path, shakespeare_shards, shakespeare_rec
     counts = np.bincount(stream[: seqs.size], minlength=1024)
     np.testing.assert_array_equal(np.bincount(seqs.ravel(), minlength=1024), counts)
 
+    summary = summarize_cache(str(tmp_path / "cache"), bpe_dir, n_samples=3, max_chars=50)
+    assert (summary["num_tokens"], summary["num_docs"], summary["num_bytes"]) == \
+        (cache.num_tokens, len(shakespeare_records), num_bytes)
+    assert summary["bytes_per_token"] == pytest.approx(num_bytes / cache.num_tokens)
+    samples = summary["splits"]["train"]["samples"]
+    picks = [0, (len(shakespeare_records) - 1) // 2, len(shakespeare_records) - 1]
+    assert samples == [shakespeare_records[i]["text"][:50] for i in picks]
+    assert summary["samples_markdown"].count("**train sample") == 3
+
     # A second build over a finished cache does no work.
     again = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "cache"))
     assert again.shards_processed == 0 and again.shards_skipped == len(shakespeare_shards)
@@ -91,7 +100,8 @@ def test_sample_count_takes_the_first_documents(tmp_path, shakespeare_shards,
     for workers in (1, 2):
         out = str(tmp_path / f"s{workers}")
         stats = build_token_cache(shakespeare_shards, bpe_dir, out, sample_count=n,
-                                  max_workers=workers, backend="local")
+                                  max_workers=workers,
+                                  backend="inline" if workers == 1 else "local")
         cache = TokenCache.open(out)
         assert decoded_docs(cache, tok) == [r["text"] for r in shakespeare_records[:n]]
         # Still one cache shard per input shard; the ones past N are empty.
@@ -226,9 +236,12 @@ def test_parquet_input_and_glob(tmp_path, shakespeare_records, bpe_dir):
         build_token_cache(str(tmp_path / "none" / "*.jsonl"), bpe_dir, str(tmp_path / "d"))
 
 
-def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards, bpe_dir):
+def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards, bpe_dir,
+                                       monkeypatch):
     from marin_dagster import fs
 
+    # Worker processes build their own gcsfs: fsspec reads FSSPEC_GCS_TOKEN at import.
+    monkeypatch.setenv("FSSPEC_GCS_TOKEN", "anon")
     # Inputs, tokenizer and cache all on gs://.
     remote_inputs = []
     for p in shakespeare_shards[:2]:

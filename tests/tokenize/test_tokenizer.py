@@ -37,7 +37,7 @@ def test_trained_tokenizer_is_saved_with_its_config(bpe_dir, shakespeare_docs):
     assert config["model"] == "byte-level-bpe"
     assert config["vocab_size"] == config["actual_vocab_size"] == 1024
     assert config["special_tokens"] == [DEFAULT_EOS]
-    assert config["num_training_documents"] == len(shakespeare_docs)
+    assert config["num_training_documents"] == len(shakespeare_docs) // 2
     tok = load_tokenizer(bpe_dir)
     assert tok.get_vocab_size() == 1024
     assert find_eos_id(tok) == tok.token_to_id(DEFAULT_EOS) == config["eos_id"]
@@ -207,3 +207,22 @@ def test_save_and_load_on_gcs(gcs_prefix, shakespeare_docs):
     tok = load_tokenizer(out)
     assert tok.to_str() == saved.tokenizer.to_str()
     assert read_tokenizer_config(out)["vocab_size"] == 300
+
+
+def test_train_from_files_holds_out_documents_for_bytes_per_token(tmp_path, shakespeare_shards,
+                                                                  shakespeare_records):
+    from marin_dagster.tokenize import train_tokenizer_from_files
+    from marin_dagster.tokenize.records import held_out
+
+    out = train_tokenizer_from_files(shakespeare_shards, str(tmp_path / "t"), vocab_size=512,
+                                     held_out_fraction=0.1, max_held_out_docs=5)
+    expected_held = [r for r in shakespeare_records if held_out(r["id"], 0.1)]
+    cfg = json.loads((tmp_path / "t" / CONFIG_FILE).read_text())
+    assert cfg == out.config
+    assert cfg["num_training_documents"] == len(shakespeare_records) - len(expected_held)
+    assert cfg["num_records"] == len(shakespeare_records) and cfg["num_bad"] == 0
+    assert cfg["held_out_docs"] == min(5, len(expected_held)) > 0
+    tok = load_tokenizer(str(tmp_path / "t"))
+    held_texts = [r["text"] for r in expected_held[:5]]
+    assert cfg["bytes_per_token"] == pytest.approx(bytes_per_token(tok, held_texts))
+    assert [e["decoded"] for e in cfg["examples"]] == [t[:200] for t in held_texts[:3]]
