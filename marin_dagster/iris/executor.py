@@ -58,7 +58,12 @@ from dagster._core.executor.step_delegating import (
 from dagster._utils.error import SerializableErrorInfo
 
 from marin_dagster.iris import placement
-from marin_dagster.iris.executor_k8s import KubernetesLauncher, KubernetesSettings, step_job_name
+from marin_dagster.iris.executor_k8s import (
+    KubernetesLauncher,
+    KubernetesSettings,
+    check_placeable,
+    step_job_name,
+)
 from marin_dagster.iris.inventory import DeviceLeases, LocalInventory, default_lease_dir
 from marin_dagster.iris.processes import (
     reap_group,
@@ -287,6 +292,8 @@ class IrisStepHandler(StepHandler):
                 request = ResourceConfig.from_op_tags(step.tags)
                 if self._route(request) == "local":
                     self.inventory.check_feasible(request, step.key)
+                else:
+                    check_placeable(request)
             except ResourceConfigError as e:
                 problems.append(f"step {step.key!r}: {e}" if step.key not in str(e) else str(e))
         if problems:

@@ -163,17 +163,7 @@ class KubernetesLauncher:
             "job_metadata": {"labels": dict(labels)},
             "pod_template_spec_metadata": {"labels": dict(labels)},
         }
-        if isinstance(request.device, TpuConfig) and request.device.hosts > 1:
-            raise ResourceConfigError(
-                f"{request} spans {request.device.hosts} TPU hosts; the Kubernetes launcher runs "
-                f"single-host slices (up to {TPU_GENERATIONS[request.device.generation].max_single_host_chips} "
-                f"chips for {request.device.generation}): ask for a single-host slice"
-            )
-        if request.replicas > 1:
-            raise ResourceConfigError(
-                f"{request}: replicas={request.replicas} (multislice) is not supported by the "
-                f"Kubernetes launcher; use replicas=1"
-            )
+        check_placeable(request)
         return base.merge(
             K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(dict(step_tags)))
         ).merge(K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(additions)))
@@ -269,6 +259,21 @@ class KubernetesLauncher:
                 name=name, namespace=namespace, propagation_policy="Foreground"
             )
         return names
+
+
+def check_placeable(request: ResourceConfig) -> None:
+    """Refuse, before launch, what one step Job cannot run."""
+    if isinstance(request.device, TpuConfig) and request.device.hosts > 1:
+        raise ResourceConfigError(
+            f"{request} spans {request.device.hosts} TPU hosts; the Kubernetes launcher runs "
+            f"single-host slices (up to {TPU_GENERATIONS[request.device.generation].max_single_host_chips} "
+            f"chips for {request.device.generation}): ask for a single-host slice"
+        )
+    if request.replicas > 1:
+        raise ResourceConfigError(
+            f"{request}: replicas={request.replicas} (multislice) is not supported by the "
+            f"Kubernetes launcher; use replicas=1"
+        )
 
 
 def classify_failed_pods(job_name: str, pods: Sequence[Any]) -> JobState:

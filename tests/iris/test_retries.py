@@ -57,9 +57,7 @@ RUNNER = textwrap.dedent(
     import sys
     import dagster as dg
     from dagster._utils.interrupts import capture_interrupts
-    from marin_dagster.iris import ResourceConfig
-from marin_dagster.iris.inventory import DeviceLeases, LocalInventory
-from tests.iris import jobs
+    from tests.iris import jobs
     # As the run worker (`dagster api execute_run`) does: a termination request is an interrupt.
     with capture_interrupts():
         with dg.DagsterInstance.get() as instance:
