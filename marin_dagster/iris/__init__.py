@@ -3,6 +3,8 @@
 Nothing here imports Dagster; the executor lives in `marin_dagster.iris.executor`.
 """
 
+from marin_dagster.iris.placement import iris_placement_metadata
+from marin_dagster.iris.processes import exit_as_preempted
 from marin_dagster.iris.resource_config import (
     GPU_TYPES,
     K8S_CONFIG_TAG,
@@ -27,4 +29,6 @@ __all__ = [
     "ResourceConfig",
     "ResourceConfigError",
     "TpuConfig",
+    "exit_as_preempted",
+    "iris_placement_metadata",
 ]

@@ -94,6 +94,18 @@ def test_device_env():
     assert device_env(()) == {"CUDA_VISIBLE_DEVICES": ""}
 
 
+def test_exit_as_preempted_after_own_sigterm_handler():
+    code = (
+        "import signal, time\n"
+        "from marin_dagster.iris import exit_as_preempted\n"
+        "signal.signal(signal.SIGTERM, lambda *a: exit_as_preempted())\n"
+        "signal.raise_signal(signal.SIGTERM)\n"
+        "raise SystemExit(3)\n"
+    )
+    rc = subprocess.run([sys.executable, "-c", code]).returncode
+    assert rc == -15 and was_preempted(rc)
+
+
 def test_preemption_exit_codes():
     assert was_preempted(-15) and was_preempted(143)
     assert not any(was_preempted(rc) for rc in (0, 1, -9, 137, None))
