@@ -236,12 +236,9 @@ def test_parquet_input_and_glob(tmp_path, shakespeare_records, bpe_dir):
         build_token_cache(str(tmp_path / "none" / "*.jsonl"), bpe_dir, str(tmp_path / "d"))
 
 
-def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards, bpe_dir,
-                                       monkeypatch):
+def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards, bpe_dir):
     from marin_dagster import fs
 
-    # Worker processes build their own gcsfs: fsspec reads FSSPEC_GCS_TOKEN at import.
-    monkeypatch.setenv("FSSPEC_GCS_TOKEN", "anon")
     # Inputs, tokenizer and cache all on gs://.
     remote_inputs = []
     for p in shakespeare_shards[:2]:
@@ -252,7 +249,7 @@ def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards
         fs.write_bytes(f"{gcs_prefix}/tok/{name}", open(os.path.join(bpe_dir, name), "rb").read())
     out = f"{gcs_prefix}/cache"
     stats = build_token_cache(f"{gcs_prefix}/raw/*.jsonl.gz", f"{gcs_prefix}/tok", out,
-                              validation_fraction=0.2, max_workers=2, backend="local")
+                              validation_fraction=0.2)
     local = str(tmp_path / "local")
     build_token_cache(shakespeare_shards[:2], bpe_dir, local, validation_fraction=0.2)
     # The remote cache holds the very same bytes as a local build.

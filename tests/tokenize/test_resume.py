@@ -29,7 +29,7 @@ def test_sigkill_mid_run_redoes_only_unfinished_shards(tmp_path, shakespeare_rec
     out = str(tmp_path / "cache")
     code = ("import sys; from marin_dagster.tokenize.build import build_token_cache; "
             "build_token_cache(sys.argv[1:-2], sys.argv[-2], sys.argv[-1], validation_fraction=0.1,"
-            " max_workers=2, backend='local')")
+            " backend='inline')")
     proc = subprocess.Popen([sys.executable, "-c", code, *shards, bpe_dir, out],
                             env=subprocess_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
