@@ -288,6 +288,12 @@ class _Planner:
                         base = base[: -len(ext)]
                 basename = base
             out.append(format_shard_path(op.output_pattern, i, stage.num_shards, basename))
+        seen: dict[str, int] = {}
+        for i, path in enumerate(out):
+            if path in seen:
+                raise ValueError(f"output pattern {op.output_pattern!r} gives shards {seen[path]} and "
+                                 f"{i} the same file {path!r}; add {{shard}} to the pattern")
+            seen[path] = i
         return out
 
 

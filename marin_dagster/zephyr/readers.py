@@ -91,20 +91,34 @@ def open_input(path: str) -> Iterator[IO[bytes]]:
             yield raw
 
 
+try:  # orjson, where installed, parses JSON lines about 3x faster than the stdlib.
+    import orjson
+
+    _loads = orjson.loads
+    _DecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError,)
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+    _DecodeError = (json.JSONDecodeError,)
+
+
 def iter_jsonl(path: str, cursor: Cursor | None = None) -> Iterator[Any]:
     with open_input(path) as f:
         index = -1
         for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+            try:
+                rec = _loads(line)
+            except _DecodeError:
+                if not line.strip():
+                    continue  # blank lines are allowed
+                try:  # what orjson rejects but the stdlib reads (integers over 64 bits, NaN)
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}: line {lineno}: invalid JSON ({e.msg} at column "
+                                     f"{e.colno}); fix or remove that line") from None
             index += 1
             if cursor is not None:
                 cursor.file, cursor.position = path, index
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {lineno}: invalid JSON ({e.msg} at column {e.colno}); "
-                                 "fix or remove that line") from None
+            yield rec
 
 
 def _jsonl_batches_python(path: str, skip: int) -> Iterator[pa.RecordBatch]:

@@ -167,7 +167,8 @@ def _read_chunks(inp: ChunkInput) -> Iterator[Any]:
             yield from chunk
 
 
-def _source(inp: Any, batches: bool, cursor: Cursor) -> tuple[Iterator[Any], bool]:
+def _source(inp: Any, batches: bool, cursor: Cursor, scratch: str | None = None
+            ) -> tuple[Iterator[Any], bool]:
     """The stage's input stream, and whether it is Arrow batches."""
     if isinstance(inp, FileInput):
         return _read_file(inp, batches, cursor), batches
@@ -180,9 +181,9 @@ def _source(inp: Any, batches: bool, cursor: Cursor) -> tuple[Iterator[Any], boo
         return _read_chunks(inp), False
     if isinstance(inp, ShuffleInput):
         if isinstance(inp.op, GroupByOp):
-            entries = merge_runs(inp.runs, inp.op.sort_fn is not None)
+            entries = merge_runs(inp.runs, inp.op.sort_fn is not None, scratch)
             return reduce_groups(entries, inp.op.reducer_fn), False
-        return shuffled_records(merge_runs(inp.runs, False)), False
+        return shuffled_records(merge_runs(inp.runs, False, scratch)), False
     raise TypeError(f"unknown task input {type(inp).__name__}")
 
 
@@ -261,7 +262,7 @@ def _join(left: Iterator[Any], step: JoinStep) -> Iterator[Any]:
 def build_stream(task: Task, cursor: Cursor) -> tuple[Iterator[Any], bool, _Counted | None]:
     """The task's lazy stream, whether it is Arrow batches, and its records_in counter."""
     batches = wants_batches(task.ops, task.sink) and isinstance(task.input, FileInput)
-    stream, batches = _source(task.input, batches, cursor)
+    stream, batches = _source(task.input, batches, cursor, os.path.join(task.scratch, "merge"))
     counted = None
     if task.count_records_in:
         counted = _Counted(stream, batches)

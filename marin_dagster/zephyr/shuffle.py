@@ -132,12 +132,45 @@ def _combine(buf: list[tuple], spec: ScatterSpec) -> Iterator[tuple]:
         yield from out
 
 
-def merge_runs(runs: list[Run], has_sort: bool) -> Iterator[tuple]:
-    """All entries of `runs` in (key, sort) order, one chunk per run in memory."""
+MERGE_FANIN = 64
+
+
+def _merge(runs: list[Run], has_sort: bool) -> Iterator[tuple]:
     iters = [read_records(path, start, stop) for path, start, stop in runs]
     if len(iters) == 1:
         return iters[0]
     return heapq.merge(*iters, key=_entry_order(has_sort))
+
+
+def merge_runs(runs: list[Run], has_sort: bool, scratch: str | None = None,
+               fanin: int = MERGE_FANIN) -> Iterator[tuple]:
+    """All entries of `runs` in (key, sort) order, holding one chunk per merged run.
+
+    More than `fanin` runs (many map tasks, or a small budget) are first merged
+    `fanin` at a time into longer runs under `scratch`, so memory and open files
+    stay bounded however many runs there are.
+    """
+    level = 0
+    while len(runs) > fanin and scratch is not None:
+        os.makedirs(scratch, exist_ok=True)
+        merged: list[Run] = []
+        for g in range(0, len(runs), fanin):
+            group = runs[g:g + fanin]
+            if len(group) == 1:
+                merged.append(group[0])
+                continue
+            path = os.path.join(scratch, f"merge-{level}-{g // fanin:05d}.arrow")
+            writer = ChunkWriter(path)
+            try:
+                writer.extend(_merge(group, has_sort))
+                writer.close()
+            except BaseException:
+                writer.abort()
+                raise
+            merged.append((path, 0, writer.num_chunks))
+        runs = merged
+        level += 1
+    return _merge(runs, has_sort)
 
 
 def reduce_groups(entries: Iterator[tuple], reducer: Callable[[Any, Iterator[Any]], Any]

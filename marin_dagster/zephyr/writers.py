@@ -39,7 +39,7 @@ def format_shard_path(pattern: str | Callable[[int, int], str], shard_idx: int, 
     """Fill {shard}, {total} and {basename} in an output pattern (Marin's placeholders)."""
     if callable(pattern):
         return pattern(shard_idx, total)
-    if total > 1 and "{shard" not in pattern:
+    if total > 1 and "{shard" not in pattern and "{basename" not in pattern:
         raise ValueError(f"output pattern {pattern!r} has no {{shard}} placeholder but the dataset "
                          f"has {total} shards, so they would overwrite each other; add e.g. "
                          "'-{shard:05d}-of-{total:05d}' to the file name, or reshard(1)")
@@ -167,6 +167,15 @@ def _column(values: list[Any], field: str, first_index: int, path: str) -> pa.Ar
 
 def _table_from_records(records: list[Any], schema: pa.Schema | None, first_index: int,
                         path: str) -> pa.Table:
+    if records and isinstance(records[0], dict):
+        keys = records[0].keys()
+        if all(isinstance(r, dict) and r.keys() == keys for r in records):
+            # Uniform records (the common case): Arrow's converter, much faster than
+            # column by column; it names no field on a conflict, so fall through then.
+            try:
+                return pa.Table.from_pylist(records)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                pass
     names: dict[str, None] = dict.fromkeys(schema.names) if schema is not None else {}
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):

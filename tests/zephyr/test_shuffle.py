@@ -93,3 +93,23 @@ def test_shuffle_is_a_seeded_permutation(local_ctx: ZephyrContext) -> None:
     b = local_ctx.execute(ds.shuffle(seed=7)).results
     c = local_ctx.execute(ds.shuffle(seed=8)).results
     assert sorted(a) == items and a == b and a != c and a != items
+
+
+def test_many_runs_merge_in_passes(tmp_path) -> None:
+    from marin_dagster.zephyr.chunks import ChunkWriter
+    from marin_dagster.zephyr.shuffle import merge_runs
+
+    rng = random.Random(1)
+    runs, everything = [], []
+    for r in range(9):
+        entries = sorted(((rng.randint(0, 50), None, f"r{r}-{i}") for i in range(30)),
+                         key=lambda e: e[0])
+        everything += entries
+        w = ChunkWriter(str(tmp_path / f"run-{r}.arrow"))
+        w.extend(entries)
+        w.close()
+        runs.append((w.path, 0, w.num_chunks))
+    merged = list(merge_runs(runs, False, str(tmp_path / "merge"), fanin=2))
+    assert [e[0] for e in merged] == sorted(e[0] for e in everything)
+    assert sorted(merged) == sorted(everything)
+    assert len(os.listdir(tmp_path / "merge")) >= 4  # 9 runs -> 5 -> 3 -> 2 with fan-in 2
