@@ -447,18 +447,22 @@ class TokenCache:
         uses a fresh permutation from ``(seed, epoch)``. Reads ``block``
         sequences at a time with vectorized gathers.
         """
-        for batch in self.packed_batches(seq_len, block, seed=seed, start=start,
-                                         shuffle=shuffle, epochs=epochs, _allow_partial=True):
+        for batch in self._packed_blocks(seq_len, block, seed, start, shuffle, epochs,
+                                         allow_partial=True):
             yield from batch
 
     def packed_batches(self, seq_len: int, batch_size: int, seed: int = 0, start: int = 0, *,
-                       shuffle: bool = True, epochs: int | None = None,
-                       _allow_partial: bool = False) -> Iterator[np.ndarray]:
+                       shuffle: bool = True, epochs: int | None = None) -> Iterator[np.ndarray]:
         """``(batch_size, seq_len)`` int32 arrays of the same stream as :meth:`packed_sequences`.
 
         ``start`` is a sequence position (not a batch index). A batch may span
         an epoch boundary; with ``epochs`` set, a final partial batch is dropped.
         """
+        return self._packed_blocks(seq_len, batch_size, seed, start, shuffle, epochs,
+                                   allow_partial=False)
+
+    def _packed_blocks(self, seq_len: int, block: int, seed: int, start: int, shuffle: bool,
+                       epochs: int | None, allow_partial: bool) -> Iterator[np.ndarray]:
         n = self.num_sequences(seq_len)
         if n == 0:
             raise ValueError(
@@ -466,21 +470,30 @@ class TokenCache:
                 f"sequence of {seq_len}; use a shorter seq_len or more data")
         if start < 0:
             raise ValueError(f"start must be >= 0, got {start}")
+        if block <= 0:
+            raise ValueError(f"batch size must be positive, got {block}")
+        return self._iter_blocks(n, seq_len, block, seed, start, shuffle, epochs, allow_partial)
+
+    def _iter_blocks(self, n: int, seq_len: int, block: int, seed: int, start: int,
+                     shuffle: bool, epochs: int | None,
+                     allow_partial: bool) -> Iterator[np.ndarray]:
         end = None if epochs is None else epochs * n
         pos = start
         order_epoch, order = -1, np.empty(0, dtype=np.int64)
         while end is None or pos < end:
-            want = batch_size if end is None else min(batch_size, end - pos)
-            if want < batch_size and not _allow_partial:
+            want = block if end is None else min(block, end - pos)
+            if want < block and not allow_partial:
                 return
-            picks = []
-            while sum(p.size for p in picks) < want:
+            picks: list[np.ndarray] = []
+            got = 0
+            while got < want:
                 epoch, k = divmod(pos, n)
                 if epoch != order_epoch:
                     order_epoch, order = epoch, self.sequence_order(seq_len, seed, epoch, shuffle)
-                take = min(want - sum(p.size for p in picks), n - k)
+                take = min(want - got, n - k)
                 picks.append(order[k:k + take])
                 pos += take
+                got += take
             yield self.sequences(np.concatenate(picks), seq_len)
 
     def close(self) -> None:
