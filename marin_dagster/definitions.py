@@ -26,20 +26,21 @@ def load_experiments() -> list[Experiment]:
 
 def build_definitions(experiments: list[Experiment]) -> dg.Definitions:
     # An asset shared by experiments shows in the group of the first that lists it.
-    group_of: dict[dg.AssetKey, str] = {}
     asset_defs: dict[dg.AssetKey, dg.AssetsDefinition] = {}
     for experiment in experiments:
         for asset in experiment.assets():
             if asset.key not in asset_defs:
-                group_of[asset.key] = experiment.name
                 asset_defs[asset.key] = asset.with_attributes(
                     group_names_by_key={asset.key: experiment.name}
                 )
+    resources = local_resources()
     return dg.Definitions(
         assets=list(asset_defs.values()),
         jobs=[experiment.job() for experiment in experiments],
         sensors=sensors_for(experiments),
-        resources=local_resources(),
+        resources=resources,
+        # CPU steps run as local subprocesses; accelerator steps go to the Iris launcher.
+        executor=resources["iris"].executor(),
     )
 
 

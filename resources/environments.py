@@ -6,6 +6,7 @@ from typing import Any
 
 from marin_dagster import fs
 from resources.ducky import stats_duckdb
+from resources.iris import IrisResource
 from resources.storage import StorageResource, default_prefix
 from resources.zephyr import ZephyrResource
 
@@ -18,4 +19,5 @@ def local_resources(prefix: str | None = None) -> dict[str, Any]:
         "storage": StorageResource(prefix=root),
         "duckdb": stats_duckdb(root),
         "zephyr": ZephyrResource(),
+        "iris": IrisResource.from_env(),
     }
