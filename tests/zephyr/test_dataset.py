@@ -93,3 +93,42 @@ def test_group_by_writes_exact_shard_count(local_ctx: ZephyrContext, tmp_path) -
     assert len(paths) == 3 and sorted(os.listdir(tmp_path)) == [os.path.basename(p) for p in paths]
     rows = [json.loads(line) for p in paths for line in open(p)]
     assert sorted((r["k"], r["n"]) for r in rows) == [(k, 10) for k in range(10)]
+
+
+def test_map_batches_on_records_and_from_iterable() -> None:
+    import pyarrow.compute as pc
+
+    ctx = ZephyrContext(backend="inline")
+    ds = Dataset.from_iterable({"x": i} for i in range(10)).map_batches(
+        lambda b: b.append_column("y", pc.multiply(b.column("x"), 2)), batch_size=3)
+    assert ctx.execute(ds).results == [{"x": i, "y": 2 * i} for i in range(10)]
+    with pytest.raises(Exception, match="RecordBatch"):
+        ctx.execute(Dataset.from_list([{"x": 1}]).map_batches(lambda b: 5))
+
+
+def test_reshard_file_list_before_loading(local_ctx: ZephyrContext, tmp_path) -> None:
+    for i in range(5):
+        (tmp_path / f"f{i}.jsonl").write_text(json.dumps({"i": i}) + "\n")
+    ds = (Dataset.from_files(str(tmp_path / "*.jsonl")).reshard(2).load_jsonl()
+          .map_shard(lambda items, info: [(info.shard_idx, [r["i"] for r in items])]))
+    assert local_ctx.execute(ds).results == [(0, [0, 1, 2]), (1, [3, 4])]
+
+
+def test_stage_resources_limit_concurrency(tmp_path) -> None:
+    import time
+
+    running = tmp_path / "running"
+    running.mkdir()
+
+    def task(items, info):
+        marker = running / str(info.shard_idx)
+        marker.touch()
+        seen, deadline = 1, time.monotonic() + 0.5
+        while time.monotonic() < deadline and seen < 2:  # a second task would show up here
+            seen = max(seen, len(os.listdir(running)))
+        marker.unlink()
+        return [(len(list(items)), seen)]
+
+    ds = Dataset.from_list(list(range(3))).reshard(3).map_shard(task)
+    with ZephyrContext(max_workers=2, stage_resources={"map_shard": {"num_cpus": 2}}) as ctx:
+        assert ctx.execute(ds).results == [(1, 1), (1, 1), (1, 1)]

@@ -105,3 +105,31 @@ def test_killed_worker_gives_exactly_once_output(local_ctx: ZephyrContext, tmp_p
                          num_output_shards=3))
     out = local_ctx.execute(grouped).results
     assert sorted(out) == [(i, [0, 1, 2, 3]) for i in range(50)]
+
+
+def test_unguarded_script_runs_once(tmp_path) -> None:
+    """Workers are fresh interpreters that never re-import the driver's __main__, so a
+    pipeline at the top level of an experiment script (no __main__ guard) runs once."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "experiment.py"
+    script.write_text(
+        "from marin_dagster.zephyr import Dataset, ZephyrContext\n"
+        "print('body', flush=True)\n"
+        "ds = Dataset.from_list([1, 2, 3]).reshard(3).map(lambda x: x * 2)\n"
+        "print(ZephyrContext(max_workers=2).execute(ds).results)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.splitlines() == ["body", "[2, 4, 6]"]
+
+
+def test_killed_ray_worker_gives_exactly_once_output(ray_ctx: ZephyrContext, tmp_path) -> None:
+    pattern = _inputs(tmp_path, shards=3, rows=30)
+    ds = (Dataset.from_files(pattern).load_jsonl().map(_kill_once(str(tmp_path / "killed")))
+          .write_jsonl(str(tmp_path / "out/part-{shard:05d}.jsonl")))
+    result = ray_ctx.execute(ds)
+    assert os.path.exists(tmp_path / "killed")
+    rows = [json.loads(line) for p in result.results for line in open(p)]
+    assert sorted((r["shard"], r["i"]) for r in rows) == [(s, i) for s in range(3) for i in range(30)]
+    assert sorted(os.listdir(tmp_path / "out")) == [f"part-{s:05d}.jsonl" for s in range(3)]

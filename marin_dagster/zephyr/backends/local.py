@@ -1,20 +1,22 @@
 """Local worker processes: the default backend.
 
-Each worker is a long-lived process (spawned: no inherited threads or locks)
-that runs one task at a time, so a shared object is loaded once per worker.
-The driver watches each worker's pipe and its process sentinel: a worker that
-dies (SIGKILL, the OOM killer) is noticed at once, replaced, and its task
-alone is reported lost, to be rerun.
+Each worker is a long-lived, freshly started Python process (no inherited
+threads or locks; the driver's __main__ is not re-imported) that runs one
+task at a time, so a shared object is loaded once per worker. The driver
+holds one end of a socket pair per worker: a worker that dies (SIGKILL, the
+OOM killer) closes its end, the driver sees EOF at once, replaces the worker
+and reports that one task lost, to be rerun.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import multiprocessing.connection
 import os
-import signal
+import socket
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 def _worker_main(conn: multiprocessing.connection.Connection) -> None:
-    # Ctrl-C goes to the driver, which stops the workers itself.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Kept for multiprocessing-started workers (older drivers); see worker.py."""
     while True:
         try:
             payload = conn.recv_bytes()
@@ -35,27 +36,35 @@ def _worker_main(conn: multiprocessing.connection.Connection) -> None:
         conn.send_bytes(run_task_bytes(payload))
 
 
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The driver's import path, so modules that functions were pickled by reference
+    # from (experiment files, tests) import in the worker too.
+    paths = [p if p else os.getcwd() for p in sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
 @dataclass
 class _Worker:
-    process: Any
+    process: subprocess.Popen
     conn: multiprocessing.connection.Connection
     key: Any = None
 
 
 class LocalBackend:
-    def __init__(self, max_workers: int, mp_context: str = "spawn"):
+    def __init__(self, max_workers: int):
         self.capacity = max(1, max_workers)
-        self._ctx = multiprocessing.get_context(mp_context)
         self._workers: list[_Worker] = []
         self.workers_started = 0
 
     def _start_worker(self) -> _Worker:
-        parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_main, args=(child,), name="zephyr-worker",
-                                 daemon=False)
-        proc.start()
+        parent, child = socket.socketpair()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "marin_dagster.zephyr.backends.worker", str(child.fileno())],
+            pass_fds=(child.fileno(),), env=_worker_env(), stdin=subprocess.DEVNULL)
         child.close()
-        worker = _Worker(proc, parent)
+        worker = _Worker(proc, multiprocessing.connection.Connection(parent.detach()))
         self._workers.append(worker)
         self.workers_started += 1
         return worker
@@ -68,17 +77,22 @@ class LocalBackend:
         if worker is None:
             worker = self._start_worker()
         worker.key = key
-        worker.conn.send_bytes(dumps_task(task))
+        try:
+            worker.conn.send_bytes(dumps_task(task))
+        except OSError:
+            pass  # a dead worker; poll() sees the closed socket and reports the task lost
 
     def _lost(self, worker: _Worker) -> tuple[Any, WorkerLost]:
-        worker.process.join(1)
-        code = worker.process.exitcode
         with contextlib.suppress(Exception):
             worker.conn.close()
+        try:
+            code = worker.process.wait(5)
+        except subprocess.TimeoutExpired:
+            worker.process.kill()
+            code = worker.process.wait()
         self._workers.remove(worker)
-        reason = (f"worker process {worker.process.pid} died with signal {-code}"
-                  if code is not None and code < 0 else
-                  f"worker process {worker.process.pid} exited with code {code}")
+        reason = (f"worker process {worker.process.pid} died with signal {-code}" if code < 0
+                  else f"worker process {worker.process.pid} exited with code {code}")
         logger.warning("%s; its shard will be rerun in a new worker", reason)
         return worker.key, WorkerLost(reason)
 
@@ -86,34 +100,33 @@ class LocalBackend:
         busy = [w for w in self._workers if w.key is not None]
         if not busy:
             return []
-        waitables: list[Any] = [w.conn for w in busy] + [w.process.sentinel for w in busy]
-        ready = set(multiprocessing.connection.wait(waitables, timeout))
+        ready = set(multiprocessing.connection.wait([w.conn for w in busy], timeout))
         out: list[tuple[Any, TaskResult | WorkerLost]] = []
         for w in busy:
-            if w.conn in ready:
-                try:
-                    payload = w.conn.recv_bytes()
-                except (EOFError, OSError):
-                    out.append(self._lost(w))
-                    continue
-                out.append((w.key, loads_result(payload)))
-                w.key = None
-            elif w.process.sentinel in ready:
+            if w.conn not in ready:
+                continue
+            try:
+                payload = w.conn.recv_bytes()
+            except (EOFError, OSError):
                 out.append(self._lost(w))
+                continue
+            out.append((w.key, loads_result(payload)))
+            w.key = None
         return out
 
     def shutdown(self) -> None:
         for w in self._workers:
             with contextlib.suppress(Exception):
-                w.conn.close()
+                w.conn.close()  # the worker exits on EOF
         for w in self._workers:
-            w.process.join(5)
-            if w.process.is_alive():
+            try:
+                w.process.wait(5)
+            except subprocess.TimeoutExpired:
                 w.process.kill()
-                w.process.join(5)
+                w.process.wait(5)
         self._workers = []
 
     def __del__(self) -> None:
-        if self._workers and os is not None:
+        if getattr(self, "_workers", None):
             with contextlib.suppress(Exception):
                 self.shutdown()
