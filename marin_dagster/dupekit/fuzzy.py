@@ -2,11 +2,12 @@
 
 Signature stage (per input file): documents in batches of `BATCH_DOCS`, their
 shingle hashes through the JAX kernel, the signatures saved to
-`signatures/part-{file:05d}.parquet` and one record per band emitted for the
-bucket shuffle. Bucket stage (Zephyr group_by on the band key): the documents
-of a bucket are linked to its smallest node key (a star, so one label
-propagation round settles a bucket), optionally only where their estimated
-Jaccard similarity reaches the threshold.
+`signatures/part-{file:05d}.parquet`, and their band bucket keys emitted by
+bucket partition. Bucket stage (Zephyr group_by on the partition): the
+entries of a partition sorted by bucket key, and the documents of each
+bucket linked to its smallest node key (a star, so one label propagation
+round settles a bucket), optionally only where their estimated Jaccard
+similarity reaches the threshold.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_dagster import fs
-from marin_dagster.dupekit.lsh import LSHParams, band_keys
+from marin_dagster.dupekit.lsh import LSHParams, band_hashes
 from marin_dagster.dupekit.minhash import MinHasher
 from marin_dagster.dupekit.records import SourceDoc, SourceFile, iter_docs
-from marin_dagster.dupekit.shingles import ShingleConfig, shingle_hashes
+from marin_dagster.dupekit.shingles import ShingleConfig, batch_shingle_hashes
 from marin_dagster.zephyr import counters
 
 BATCH_DOCS = 256
+EMIT_DOCS = 4096
 _HASHERS: dict[tuple[int, int], MinHasher] = {}
 
 
@@ -83,83 +85,128 @@ class _SignatureSink:
 
 @dataclass(frozen=True)
 class BandRecords:
-    """Per document and band: `(bucket key, node key, signature bytes or None)`."""
+    """Per input file: signatures saved, and band entries emitted by bucket partition.
+
+    A record is `(partition, bucket keys uint64[k], node keys list[str],
+    signatures uint32[k, num_perm] or None)`: all entries of up to
+    `EMIT_DOCS` documents whose bucket key falls in that partition. Grouping
+    whole partitions (not single entries) keeps the shuffle to a few
+    records per partition and file, and the bucket matching vectorized.
+    """
 
     text_key: str
     id_key: str
     max_chars: int
     settings: FuzzySettings
     signatures_dir: str
+    partitions: int
 
-    def __call__(self, source: SourceFile) -> Iterator[tuple[str, str, bytes | None]]:
+    def __call__(self, source: SourceFile) -> Iterator[tuple]:
         sink = _SignatureSink(fs.join(self.signatures_dir, f"part-{source.index:05d}.parquet"),
                               self.settings)
         ok = False
         try:
-            batch: list[tuple[SourceDoc, np.ndarray]] = []
+            pending: list[tuple[list[str], np.ndarray]] = []
+            pending_docs = 0
+            batch: list[tuple[SourceDoc, str]] = []
             for doc in iter_docs(source, self.text_key, self.id_key):
                 text = doc.text
                 if len(text) > self.max_chars:
                     counters.increment("dedup/document/truncated")
                     text = text[: self.max_chars]
-                hashes = shingle_hashes(text, self.settings.shingles)
-                if len(hashes) == 0:
-                    # Empty, or shorter than one shingle: no signature, never a duplicate.
-                    counters.increment("dedup/document/passed_through")
-                    continue
-                batch.append((doc, hashes))
+                batch.append((doc, text))
                 if len(batch) >= BATCH_DOCS:
-                    yield from self._flush(batch, sink)
+                    pending.append(self._signatures(batch, sink))
+                    pending_docs += len(batch)
                     batch = []
+                if pending_docs >= EMIT_DOCS:
+                    yield from self._emit(pending)
+                    pending, pending_docs = [], 0
             if batch:
-                yield from self._flush(batch, sink)
+                pending.append(self._signatures(batch, sink))
+            yield from self._emit(pending)
             ok = True
         finally:
             sink.close(ok)
 
-    def _flush(self, batch: list[tuple[SourceDoc, np.ndarray]], sink: _SignatureSink
-               ) -> Iterator[tuple[str, str, bytes | None]]:
-        hasher = hasher_for(self.settings.num_perm, self.settings.seed)
-        sigs = hasher.signatures([h for _doc, h in batch])
-        sink.write([doc.doc_id for doc, _h in batch], sigs)
-        counters.increment("dedup/fuzzy/signatures", len(batch))
-        for (doc, _h), sig in zip(batch, sigs, strict=True):
-            payload = sig.tobytes() if self.settings.verify else None
-            for bucket in band_keys(sig, self.settings.lsh):
-                yield bucket, doc.key, payload
+    def _signatures(self, batch: list[tuple[SourceDoc, str]], sink: _SignatureSink
+                    ) -> tuple[list[str], np.ndarray]:
+        all_hashes = batch_shingle_hashes([text for _doc, text in batch], self.settings.shingles)
+        # Empty, or shorter than one shingle: no signature, never a duplicate.
+        docs = [doc for (doc, _t), h in zip(batch, all_hashes, strict=True) if len(h)]
+        hashes = [h for h in all_hashes if len(h)]
+        counters.increment("dedup/document/passed_through", len(batch) - len(docs))
+        if not docs:
+            return [], np.zeros((0, self.settings.num_perm), np.uint32)
+        sigs = hasher_for(self.settings.num_perm, self.settings.seed).signatures(hashes)
+        sink.write([doc.doc_id for doc in docs], sigs)
+        counters.increment("dedup/fuzzy/signatures", len(docs))
+        return [doc.key for doc in docs], sigs
+
+    def _emit(self, pending: list[tuple[list[str], np.ndarray]]) -> Iterator[tuple]:
+        keys = [k for ks, _s in pending for k in ks]
+        if not keys:
+            return
+        sigs = np.concatenate([s for _k, s in pending])
+        buckets = band_hashes(sigs, self.settings.lsh)  # [docs, bands]
+        flat = buckets.reshape(-1)
+        doc_of = np.repeat(np.arange(len(keys)), self.settings.lsh.bands)
+        part = (flat % np.uint64(self.partitions)).astype(np.int64)
+        order = np.argsort(part, kind="stable")
+        bounds = np.searchsorted(part[order], np.arange(self.partitions + 1))
+        for p in range(self.partitions):
+            idx = order[bounds[p]: bounds[p + 1]]
+            if len(idx) == 0:
+                continue
+            docs = doc_of[idx]
+            yield (p, flat[idx], [keys[d] for d in docs],
+                   sigs[docs] if self.settings.verify else None)
 
 
-def bucket_of(item: tuple) -> str:
-    return item[0]
+def partition_of(record: tuple) -> int:
+    return record[0]
 
 
 @dataclass(frozen=True)
 class BucketLinks:
-    """A bucket's documents linked to its smallest node key, both directions."""
+    """Reducer over one bucket partition: the documents of each bucket linked, both directions.
+
+    Without verification a bucket is a star around its smallest node key;
+    with it, a spanning forest of its pairs whose estimated Jaccard reaches
+    the threshold (every link a verified pair).
+    """
 
     verify: bool
     threshold: float
     num_perm: int
 
-    def __call__(self, bucket: str, items: Iterator[tuple[str, str, bytes | None]]
-                 ) -> Iterator[tuple[str, str]]:
-        members: dict[str, bytes | None] = {}
-        for _b, key, payload in items:
-            members.setdefault(key, payload)
-        if len(members) < 2:
-            return
-        counters.increment("dedup/fuzzy/candidate_buckets")
-        edges = self._verified_edges(members) if self.verify else self._star(sorted(members))
-        for a, b in edges:
-            yield a, b
-            yield b, a
+    def __call__(self, partition: int, records: Iterator[tuple]) -> Iterator[tuple[str, str]]:
+        parts = list(records)
+        buckets = np.concatenate([r[1] for r in parts])
+        keys = [k for r in parts for k in r[2]]
+        sigs = np.concatenate([r[3] for r in parts]) if self.verify else None
+        order = np.argsort(buckets, kind="stable")
+        sorted_buckets = buckets[order]
+        starts = np.flatnonzero(np.concatenate([[True], sorted_buckets[1:] != sorted_buckets[:-1]]))
+        ends = np.concatenate([starts[1:], [len(order)]])
+        for start, end in zip(starts[ends - starts > 1], ends[ends - starts > 1], strict=True):
+            members: dict[str, np.ndarray | None] = {}
+            for i in order[start:end]:
+                members.setdefault(keys[i], sigs[i] if sigs is not None else None)
+            if len(members) < 2:
+                continue
+            counters.increment("dedup/fuzzy/candidate_buckets")
+            edges = self._verified_edges(members) if self.verify else self._star(sorted(members))
+            for a, b in edges:
+                yield a, b
+                yield b, a
 
     @staticmethod
     def _star(keys: list[str]) -> Iterator[tuple[str, str]]:
         for key in keys[1:]:
             yield key, keys[0]
 
-    def _verified_edges(self, members: dict[str, bytes | None]) -> Iterator[tuple[str, str]]:
+    def _verified_edges(self, members: dict[str, np.ndarray | None]) -> Iterator[tuple[str, str]]:
         """A spanning forest of the bucket's pairs with estimated Jaccard >= threshold.
 
         Every edge is itself a verified pair, and the forest connects exactly
@@ -167,17 +214,20 @@ class BucketLinks:
         """
         # Identical signatures agree everywhere: verify each distinct one once.
         by_sig: dict[bytes, list[str]] = {}
+        rows: dict[bytes, np.ndarray] = {}
         for key in sorted(members):
-            payload = members[key]
-            if payload is None:
+            sig = members[key]
+            if sig is None:
                 raise ValueError("verification needs signatures in the bucket records")
-            by_sig.setdefault(payload, []).append(key)
+            raw = sig.tobytes()
+            by_sig.setdefault(raw, []).append(key)
+            rows.setdefault(raw, sig)
         distinct = list(by_sig)
         for keys in by_sig.values():
             yield from self._star(keys)
         if len(distinct) < 2:
             return
-        sigs = np.stack([np.frombuffer(p, dtype=np.uint32) for p in distinct])
+        sigs = np.stack([rows[p] for p in distinct])
         n = len(distinct)
         parent = list(range(n))
 

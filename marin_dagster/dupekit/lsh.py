@@ -6,9 +6,10 @@ term for term (the same scipy integrals and grid order, so the same
 num_perm` minimizing the weighted false-positive and false-negative areas
 under the S-curve `1 - (1 - s^r)^b`.
 
-A band's bucket key hashes the same bytes datasketch's `MinHashLSH` stores
-for it (the band's uint32 values, big-endian), with 64-bit BLAKE2b, prefixed
-by the band index so equal values in different bands never meet.
+A band's bucket key (`band_hashes`) folds the band's values with splitmix64
+from a per-band seed, vectorized over documents: 64 bits, so equal values
+in different bands never meet and distinct bands collide with probability
+about 2^-64 per pair.
 
 Saved signature set: Parquet with columns `id` (the document id as a string)
 and `signature`
@@ -21,7 +22,6 @@ datasketch `MinHashLSH` to query new documents against.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -89,14 +89,31 @@ class LSHParams:
         return cls(bands, rows)
 
 
-def band_keys(signature: np.ndarray, params: LSHParams) -> list[str]:
-    """One bucket key per band: `"{band:04x}{64-bit hash hex}"`."""
-    sig_be = np.asarray(signature, dtype=">u4")
-    keys = []
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def band_hashes(signatures: np.ndarray, params: LSHParams) -> np.ndarray:
+    """`[n, bands]` uint64 bucket keys: band i's `rows` values folded with splitmix64.
+
+    Each band starts from its own seed, so equal values in different bands
+    never share a bucket; two documents share band i's bucket exactly when
+    their values in that band are equal (up to 64-bit collisions).
+    """
+    sigs = np.asarray(signatures, dtype=np.uint32).astype(np.uint64)
+    out = np.empty((sigs.shape[0], params.bands), dtype=np.uint64)
     for band in range(params.bands):
-        chunk = sig_be[band * params.rows: (band + 1) * params.rows].tobytes()
-        keys.append(f"{band:04x}{hashlib.blake2b(chunk, digest_size=8).hexdigest()}")
-    return keys
+        h = np.full(sigs.shape[0], _GOLDEN * np.uint64(band + 1), dtype=np.uint64)
+        for col in range(band * params.rows, (band + 1) * params.rows):
+            h = _splitmix64(h ^ sigs[:, col])
+        out[:, band] = h
+    return out
 
 
 def write_signatures(path: str, ids: Sequence[Any], signatures: np.ndarray,
@@ -114,10 +131,21 @@ def write_signatures(path: str, ids: Sequence[Any], signatures: np.ndarray,
         pq.write_table(table, f)
 
 
+def _expand(path: str) -> list[str]:
+    if not any(c in path for c in "*?["):
+        return [path]
+    filesystem, fs_path = fs.url_to_fs(path)
+    protocol = path.split("://", 1)[0] + "://" if "://" in path else ""
+    found = [protocol + p if protocol else p for p in sorted(filesystem.glob(fs_path))]
+    if not found:
+        raise FileNotFoundError(f"no signature files match {path!r}")
+    return found
+
+
 def read_signatures(paths: str | Iterable[str]) -> tuple[list[Any], np.ndarray, dict[str, Any]]:
     """`(ids, signatures [n, num_perm] uint32, meta)` of one or more saved signature files."""
     if isinstance(paths, str):
-        paths = [paths]
+        paths = _expand(paths)
     ids: list[Any] = []
     blocks = []
     meta: dict[str, Any] | None = None

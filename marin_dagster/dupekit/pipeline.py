@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -62,6 +63,9 @@ class DedupConfig:
     verify: bool = False
     max_chars: int = 500_000
     num_shards: int | None = None
+    # Band entries are shuffled by partition of the bucket key; a reducer holds
+    # one partition, about bands * documents / bucket_partitions entries.
+    bucket_partitions: int = 256
     cc_max_iterations: int = 64
 
     def __post_init__(self) -> None:
@@ -71,6 +75,8 @@ class DedupConfig:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
         if self.max_chars < 1:
             raise ValueError(f"max_chars must be positive, got {self.max_chars}")
+        if self.bucket_partitions < 1:
+            raise ValueError(f"bucket_partitions must be positive, got {self.bucket_partitions}")
         if self.num_shards is not None and self.num_shards < 1:
             raise ValueError(f"num_shards must be positive, got {self.num_shards}")
         ShingleConfig(self.shingle, self.ngram)
@@ -107,6 +113,19 @@ class DedupResult:
         return out
 
 
+class _LoggedContext:
+    """The run's ZephyrContext, logging how long each execution takes."""
+
+    def __init__(self, ctx: ZephyrContext):
+        self._ctx = ctx
+
+    def execute(self, dataset: Dataset) -> Any:
+        start = time.perf_counter()
+        result = self._ctx.execute(dataset)
+        logger.info("dedup: %.2fs for %s", time.perf_counter() - start, dataset)
+        return result
+
+
 def _links_as_pairs(state: dict) -> Iterator[dict]:
     for other in state["adj"]:
         if state["node"] < other:
@@ -136,6 +155,7 @@ def deduplicate(
     verify: bool = False,
     max_chars: int = 500_000,
     num_shards: int | None = None,
+    bucket_partitions: int = 256,
     cc_max_iterations: int = 64,
     max_workers: int | None = None,
     backend: str = "local",
@@ -153,7 +173,8 @@ def deduplicate(
         config = DedupConfig(mode=mode, text_key=text_key, id_key=id_key, shingle=shingle,
                              ngram=ngram, num_perm=num_perm, seed=seed, threshold=threshold,
                              bands=bands, rows=rows, verify=verify, max_chars=max_chars,
-                             num_shards=num_shards, cc_max_iterations=cc_max_iterations)
+                             num_shards=num_shards, bucket_partitions=bucket_partitions,
+                             cc_max_iterations=cc_max_iterations)
     sources = resolve_sources(source_files)
     output_path = fs.normalize(output_path)
     # Shard counts follow the input, never the worker count, so the outputs are
@@ -163,7 +184,8 @@ def deduplicate(
     fs.remove(work, recursive=True)
     fs.remove(fs.join(output_path, "counts.json"))
     own_context = context is None
-    ctx = context or ZephyrContext(max_workers=max_workers, backend=backend)
+    zephyr_ctx = context or ZephyrContext(max_workers=max_workers, backend=backend)
+    ctx = _LoggedContext(zephyr_ctx)
     try:
         counts_extra, counters = _find_duplicates(config, sources, output_path, work, shards, ctx)
         marks_dir = fs.join(work, "marks")
@@ -172,7 +194,7 @@ def deduplicate(
         final = ctx.execute(Dataset.from_list(sources).reshard(len(sources)).map(writer))
     finally:
         if own_context:
-            ctx.shutdown()
+            zephyr_ctx.shutdown()
     per_file = sorted(final.results, key=lambda r: r["file"])
     counters.update({k: v for k, v in final.counters.as_dict().items()
                      if k.startswith("dedup/") and not k.endswith(("/max", "/min", "/mean"))})
@@ -186,7 +208,7 @@ def deduplicate(
 
 
 def _find_duplicates(config: DedupConfig, sources: list, output_path: str, work: str,
-                     shards: int, ctx: ZephyrContext) -> tuple[dict, dict[str, float]]:
+                     shards: int, ctx: _LoggedContext) -> tuple[dict, dict[str, float]]:
     """Stages 1-2: writes `{work}/marks/file-*.jsonl.gz`; returns extra counts and counters."""
     files = Dataset.from_list(sources).reshard(len(sources))
     write_marks = WriteMarks(fs.join(work, "marks"))
@@ -211,15 +233,16 @@ def _find_duplicates(config: DedupConfig, sources: list, output_path: str, work:
         return extra, counters
 
     # Imported here: fuzzy stages need JAX, exact ones do not.
-    from marin_dagster.dupekit.fuzzy import BandRecords, BucketLinks, FuzzySettings, bucket_of
+    from marin_dagster.dupekit.fuzzy import BandRecords, BucketLinks, FuzzySettings, partition_of
 
     lsh = config.lsh_params()
     settings = FuzzySettings(ShingleConfig(config.shingle, config.ngram), config.num_perm,
                              config.seed, lsh, config.threshold, config.verify)
     bands = files.flat_map(BandRecords(config.text_key, config.id_key, config.max_chars, settings,
-                                       fs.join(output_path, "signatures")))
-    links = bands.group_by(key=bucket_of, reducer=BucketLinks(config.verify, config.threshold,
-                                                              config.num_perm),
+                                       fs.join(output_path, "signatures"),
+                                       config.bucket_partitions))
+    links = bands.group_by(key=partition_of, reducer=BucketLinks(config.verify, config.threshold,
+                                                                 config.num_perm),
                            num_output_shards=shards)
     fs.remove(fs.join(output_path, "links"), recursive=True)
     components = connected_components(links, ctx, fs.join(work, "cc"), shards,

