@@ -1,0 +1,197 @@
+"""Tokenizers and tokenized datasets: `tokenizer(...)` and `tokenized(...)`."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import dagster as dg
+import pydantic
+
+from marin_dagster import fs
+from marin_dagster.datasets.files import dataset_files
+from marin_dagster.execution.asset import StepContext, versioned_asset
+from marin_dagster.execution.version import StepConfig
+from marin_dagster.tokenize import TokenCache
+from marin_dagster.tokenize.build import build_token_cache
+from marin_dagster.tokenize.records import held_out, iter_documents, read_records
+from marin_dagster.tokenize.tokenizer import (
+    DEFAULT_EOS,
+    TOKENIZER_FILE,
+    describe_tokenizer,
+    examples_markdown,
+    load_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
+
+HELD_OUT_FRACTION = 0.05
+HELD_OUT_CHARS = 20_000
+
+
+class TokenizerConfig(StepConfig):
+    vocab_size: int = pydantic.Field(8192, ge=257)
+    special_tokens: tuple[str, ...] = (DEFAULT_EOS,)
+    min_frequency: int = pydantic.Field(2, ge=1)
+    max_documents: int | None = None
+    text_key: str = "text"
+    pretrained: str | None = None
+    """A tokenizer.json path or a hub name, used instead of training."""
+    pretrained_sha256: str | None = None
+
+    @pydantic.field_validator("special_tokens", mode="before")
+    @classmethod
+    def _tuple(cls, value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value
+
+
+def _texts(files: list[str], text_key: str, held: list[str]) -> Iterator[str]:
+    """Training texts, streamed; documents in the held-out fraction go to `held` instead."""
+    for path in files:
+        for doc in iter_documents(read_records(path), path, text_key):
+            if held_out(doc.doc_id, HELD_OUT_FRACTION):
+                held.append(doc.text[:HELD_OUT_CHARS])
+            else:
+                yield doc.text
+
+
+def _run_tokenizer(config: TokenizerConfig, inputs: Mapping[str, str], output_path: str,
+                   step: StepContext) -> dict[str, Any]:
+    held: list[str] = []
+    if config.pretrained:
+        tok = load_tokenizer(config.pretrained)
+        save_tokenizer(tok, output_path, {"pretrained": config.pretrained})
+        if "source" in inputs:
+            for _ in _texts(dataset_files(inputs["source"]), config.text_key, held):
+                pass
+    else:
+        trained = train_tokenizer(
+            _texts(dataset_files(inputs["source"]), config.text_key, held), output_path,
+            vocab_size=config.vocab_size, special_tokens=config.special_tokens,
+            min_frequency=config.min_frequency, max_documents=config.max_documents,
+        )
+        tok = trained.tokenizer
+    info = describe_tokenizer(tok, held[:16] or ["To be, or not to be, that is the question."])
+    step.log.info(f"tokenizer: vocab {info['vocab_size']}, {info['bytes_per_token']:.2f} bytes/token")
+    return {
+        "vocab_size": info["vocab_size"],
+        "eos_id": info["eos_id"],
+        "bytes_per_token": round(info["bytes_per_token"], 4),
+        "held_out_documents": len(held),
+        "tokenizer_json": dg.MetadataValue.path(fs.join(output_path, TOKENIZER_FILE)),
+        "examples": dg.MetadataValue.md(examples_markdown(info["examples"])),
+    }
+
+
+def _file_sha256(spec: str) -> str | None:
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path):
+        path = os.path.join(path, TOKENIZER_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def tokenizer(
+    name: str,
+    source: dg.AssetsDefinition | None = None,
+    *,
+    pretrained: str | None = None,
+    **config: Any,
+) -> dg.AssetsDefinition:
+    """A byte-level BPE trained on `source`'s text, or an existing tokenizer (`pretrained`)."""
+    if source is None and pretrained is None:
+        raise ValueError(f"tokenizer {name!r}: give a source dataset to train on, or pretrained=...")
+    cfg = TokenizerConfig(
+        pretrained=pretrained,
+        # a local tokenizer.json is versioned by its bytes, not only by its path
+        pretrained_sha256=_file_sha256(pretrained) if pretrained else None,
+        **config,
+    )
+    return versioned_asset(
+        name=name, kind="tokenizer", config=cfg, run=_run_tokenizer,
+        upstream={"source": source} if source is not None else None,
+        description=(f"Tokenizer loaded from {pretrained}." if pretrained else
+                     f"Byte-level BPE, vocabulary {cfg.vocab_size}, trained on the source's text."),
+        kinds=("tokenizers",),
+    )
+
+
+class TokenizedConfig(StepConfig):
+    sample_count: int | None = pydantic.Field(None, ge=1)
+    validation_fraction: float = pydantic.Field(0.05, ge=0.0, lt=1.0)
+    text_key: str = "text"
+    id_key: str | None = "id"
+    append_eos: bool = True
+    skip_bad_records: bool = False
+
+
+def _samples_markdown(cache_path: str, tokenizer_dir: str, n: int = 3, chars: int = 300) -> str:
+    tok = load_tokenizer(fs.join(tokenizer_dir, TOKENIZER_FILE))
+    cache = TokenCache.open(cache_path, split="train")
+    lines = []
+    for i in range(min(n, len(cache))):
+        text = tok.decode(cache[i][:128].tolist(), skip_special_tokens=False)
+        lines.append(f"{i + 1}. `{text[:chars]!r}`")
+    return "\n".join(lines)
+
+
+def _run_tokenized(config: TokenizedConfig, inputs: Mapping[str, str], output_path: str,
+                   step: StepContext) -> dict[str, Any]:
+    zephyr = step.resources.zephyr
+    stats = build_token_cache(
+        dataset_files(inputs["source"]),
+        fs.join(inputs["tokenizer"], TOKENIZER_FILE),
+        output_path,
+        text_key=config.text_key,
+        id_key=config.id_key,
+        append_eos=config.append_eos,
+        sample_count=config.sample_count,
+        validation_fraction=0.0 if "validation" in inputs else config.validation_fraction,
+        validation_files=dataset_files(inputs["validation"]) if "validation" in inputs else None,
+        skip_bad_records=config.skip_bad_records,
+        max_workers=zephyr.max_workers,
+    )
+    step.log.info(f"token cache: {stats.shards_processed} shards tokenized, "
+                  f"{stats.shards_skipped} already done")
+    meta: dict[str, Any] = {
+        "tokens": stats.num_tokens,
+        "documents": stats.num_docs,
+        "text_bytes": stats.num_bytes,
+        "bytes_per_token": round(stats.num_bytes / max(stats.num_tokens, 1), 4),
+        "dtype": stats.dtype,
+        "empty_documents": stats.num_empty,
+        "bad_records": stats.num_bad,
+        "samples": dg.MetadataValue.md(_samples_markdown(output_path, inputs["tokenizer"])),
+    }
+    for split, s in stats.splits.items():
+        meta[f"{split}_tokens"] = s["num_tokens"]
+        meta[f"{split}_documents"] = s["num_docs"]
+    return meta
+
+
+def tokenized(
+    name: str,
+    source: dg.AssetsDefinition,
+    tokenizer: dg.AssetsDefinition,
+    *,
+    validation: float | dg.AssetsDefinition = 0.05,
+    **config: Any,
+) -> dg.AssetsDefinition:
+    """A Levanter-style token cache of `source` (train and validation splits), one shard per input shard."""
+    upstream = {"source": source, "tokenizer": tokenizer}
+    if isinstance(validation, dg.AssetsDefinition):
+        upstream["validation"] = validation
+        cfg = TokenizedConfig(validation_fraction=0.0, **config)
+    else:
+        cfg = TokenizedConfig(validation_fraction=float(validation), **config)
+    return versioned_asset(
+        name=name, kind="tokenized", config=cfg, run=_run_tokenized, upstream=upstream,
+        description="Token cache (uint16/uint32 ids and document offsets as .npy shards, a ledger "
+                    "per split) that training reads with TokenCache.",
+        required_resources=("zephyr",),
+        kinds=("numpy",),
+    )

@@ -1,0 +1,69 @@
+"""tokenizer(...) and tokenized(...) as assets on the real corpus, with a real instance."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from assets import sample_corpus
+from assets.tokenize import tokenized, tokenizer
+from marin_dagster import fs
+from marin_dagster.tokenize import TokenCache
+from marin_dagster.tokenize.tokenizer import load_tokenizer
+from resources.storage import StorageResource
+from resources.zephyr import ZephyrResource
+
+
+def _meta(result, asset):
+    return {k: v.value for k, v in result.asset_materializations_for_node(asset.op.name)[0].metadata.items()}
+
+
+def test_tokenizer_and_token_cache_assets(tmp_path, downloads):
+    corpus = sample_corpus("raw/shakespeare", num_shards=2)
+    tok = tokenizer("tokenizers/shakespeare-bpe", source=corpus, vocab_size=1024)
+    ds = tokenized("tokenized/shakespeare", source=corpus, tokenizer=tok, validation=0.1)
+    storage = StorageResource(prefix=str(tmp_path / "data"), downloads=downloads)
+    resources = {"storage": storage, "zephyr": ZephyrResource(max_workers=2)}
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([corpus, tok, ds], instance=instance, resources=resources)
+        tok_meta, ds_meta = _meta(result, tok), _meta(result, ds)
+        assert tok_meta["vocab_size"] == 1024
+        assert 1.5 < tok_meta["bytes_per_token"] < 6
+        assert "decoded" in tok_meta["examples"]
+        assert ds_meta["documents"] == 91
+        assert ds_meta["train_documents"] + ds_meta["validation_documents"] == 91
+        assert ds_meta["validation_documents"] > 0
+        assert ds_meta["dtype"] == "uint16"
+        assert ds_meta["tokens"] > 1_000_000
+
+        cache_path = ds_meta["path"]
+        cache = TokenCache.open(cache_path, split="train")
+        assert cache.num_tokens == ds_meta["train_tokens"]
+        text = load_tokenizer(fs.join(tok_meta["path"], "tokenizer.json")).decode(
+            cache[0].tolist(), skip_special_tokens=True)
+        assert len(text) > 1000
+
+        # nothing changed: both steps skip
+        again = dg.materialize([corpus, tok, ds], instance=instance, resources=resources)
+        assert _meta(again, ds)["skipped"] is True and _meta(again, tok)["skipped"] is True
+
+        # a new vocabulary is a new tokenizer version, hence a new cache version
+        tok2 = tokenizer("tokenizers/shakespeare-bpe", source=corpus, vocab_size=1100)
+        ds2 = tokenized("tokenized/shakespeare", source=corpus, tokenizer=tok2, validation=0.1)
+        assert ds2.code_versions_by_key[ds2.key] != ds.code_versions_by_key[ds.key]
+
+
+def test_tokenizer_needs_a_source_or_a_pretrained_one():
+    with pytest.raises(ValueError, match="give a source dataset"):
+        tokenizer("tokenizers/x")
+
+
+def test_pretrained_tokenizer_is_versioned_by_its_bytes(tmp_path):
+    from marin_dagster.tokenize.tokenizer import new_byte_level_bpe
+
+    path = tmp_path / "tokenizer.json"
+    path.write_text(new_byte_level_bpe().to_str())
+    first = tokenizer("tokenizers/p", pretrained=str(path))
+    path.write_text(new_byte_level_bpe().to_str(pretty=True))
+    second = tokenizer("tokenizers/p", pretrained=str(path))
+    assert first.code_versions_by_key[first.key] != second.code_versions_by_key[second.key]
