@@ -6,6 +6,7 @@ The vocabulary of an experiment file (see assets/experiments/):
     ds     = tokenized("tokenized/shakespeare", source=corpus, tokenizer=tok)
 """
 
+from assets.dedup import deduplicated
 from assets.experiment import Experiment
 from assets.raw import sample_corpus
 from assets.stats import dataset_stats
@@ -15,6 +16,7 @@ from assets.watched import folder_corpus, watched_folder
 __all__ = [
     "Experiment",
     "dataset_stats",
+    "deduplicated",
     "folder_corpus",
     "sample_corpus",
     "tokenized",

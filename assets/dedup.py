@@ -1,0 +1,54 @@
+"""Deduplicated datasets: `deduplicated(name, source, mode=...)` on dupekit."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+from marin_dagster.datasets.files import dataset_files
+from marin_dagster.dupekit import DedupConfig, deduplicate
+from marin_dagster.execution.asset import StepContext, versioned_asset
+
+
+def _table(counts: Mapping[str, Any]) -> str:
+    levels = {k: v for k, v in counts.items() if isinstance(v, dict) and k in ("document", "paragraph")}
+    columns = sorted({c for v in levels.values() for c in v if isinstance(v[c], int | float)})
+    lines = ["| level | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for level, values in levels.items():
+        lines.append(f"| {level} | " + " | ".join(f"{values.get(c, '')}" for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _run(config: DedupConfig, inputs: Mapping[str, str], output_path: str,
+         step: StepContext) -> dict[str, Any]:
+    zephyr = step.resources.zephyr
+    result = deduplicate(dataset_files(inputs["source"]), output_path, config=config,
+                         max_workers=zephyr.max_workers, backend=zephyr.backend)
+    counts = result.flat_counts()
+    step.log.info(f"dedup ({config.mode}): {counts}")
+    return {
+        **{k.replace("/", "_"): v for k, v in counts.items()},
+        "mode": config.mode,
+        "counts": dg.MetadataValue.json(result.counts),
+        "summary": dg.MetadataValue.md(_table(result.counts)),
+    }
+
+
+def deduplicated(name: str, source: dg.AssetsDefinition, mode: str = "fuzzy",
+                 **config: Any) -> dg.AssetsDefinition:
+    """`source` without its duplicates (exact, paragraph or fuzzy MinHash-LSH), with attributes."""
+    fields = {f.name for f in dataclasses.fields(DedupConfig)}
+    unknown = sorted(set(config) - fields)
+    if unknown:
+        raise TypeError(f"deduplicated({name!r}): unknown field(s) {unknown}; known: {sorted(fields)}")
+    cfg = DedupConfig(mode=mode, **config)
+    return versioned_asset(
+        name=name, kind="deduplicated", config=cfg, run=_run, upstream={"source": source},
+        description=f"{mode} deduplication of the source (dupekit): documents/ keeps one document "
+                    "per duplicate cluster; attributes/ flags each input document.",
+        required_resources=("zephyr",),
+        kinds=("json",),
+    )
