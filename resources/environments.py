@@ -7,6 +7,7 @@ from typing import Any
 from marin_dagster import fs
 from resources.ducky import stats_duckdb
 from resources.iris import IrisResource
+from resources.levanter import LevanterResource
 from resources.storage import StorageResource, default_prefix
 from resources.zephyr import ZephyrResource
 
@@ -20,4 +21,5 @@ def local_resources(prefix: str | None = None) -> dict[str, Any]:
         "duckdb": stats_duckdb(root),
         "zephyr": ZephyrResource(),
         "iris": IrisResource.from_env(),
+        "levanter": LevanterResource(),
     }
