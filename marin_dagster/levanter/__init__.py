@@ -12,7 +12,7 @@ from marin_dagster.levanter.config import (
     llama_nano,
     llama_small_shakespeare,
 )
-from marin_dagster.levanter.data import DataConfigError, MixtureDataset
+from marin_dagster.levanter.data import MixtureDataset, TrainInputError
 from marin_dagster.levanter.evaluate import evaluate, load_model
 from marin_dagster.levanter.metrics import MFU_FORMULA, training_flops_per_token
 from marin_dagster.levanter.optim import AdamConfig
@@ -30,7 +30,7 @@ __all__ = [
     "MFU_FORMULA",
     "NAMED_CONFIGS",
     "AdamConfig",
-    "DataConfigError",
+    "TrainInputError",
     "EvalResult",
     "LlamaConfig",
     "MixtureDataset",

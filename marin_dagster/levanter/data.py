@@ -28,8 +28,8 @@ from marin_dagster.tokenize.cache import TokenCache, read_cache_stats
 DEFAULT_BLOCK_SIZE = 2048
 
 
-class DataConfigError(ValueError):
-    """A dataset or mixture setting that cannot be trained on; the message names the field."""
+class TrainInputError(ValueError):
+    """Training input that cannot be used (dataset, mixture weight, seq_len, vocab, ...); the message names the field."""
 
 
 def _sub_seed(seed: int, name: str) -> int:
@@ -41,7 +41,7 @@ def open_cache(path: str, split: str, field: str) -> TokenCache:
     try:
         return TokenCache.open(path, split=split)
     except (FileNotFoundError, RuntimeError) as e:
-        raise DataConfigError(f"{field}: cannot open token cache {path!r} split {split!r}: {e}") from e
+        raise TrainInputError(f"{field}: cannot open token cache {path!r} split {split!r}: {e}") from e
 
 
 def bytes_per_token(path: str, split: str, cache: TokenCache) -> float | None:
@@ -105,20 +105,20 @@ class MixtureDataset:
     def __init__(self, datasets: Mapping[str, float], seq_len: int, seed: int = 0, *,
                  split: str = "train", block_size: int = DEFAULT_BLOCK_SIZE) -> None:
         if not datasets:
-            raise DataConfigError("datasets: no training dataset given; pass {cache_path: weight}")
+            raise TrainInputError("datasets: no training dataset given; pass {cache_path: weight}")
         if block_size < len(datasets):
-            raise DataConfigError(f"block_size ({block_size}) must be at least the number of datasets ({len(datasets)})")
+            raise TrainInputError(f"block_size ({block_size}) must be at least the number of datasets ({len(datasets)})")
         self.seq_len, self.seed, self.block_size = seq_len, seed, block_size
         self.components: list[MixtureComponent] = []
         for path, weight in datasets.items():
             if not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
-                raise DataConfigError(
+                raise TrainInputError(
                     f"datasets[{path!r}]: mixture weight must be a positive number, got {weight!r}; "
                     "drop the dataset instead of giving it weight 0")
             cache = open_cache(path, split, f"datasets[{path!r}]")
             n = cache.num_sequences(seq_len)
             if n == 0:
-                raise DataConfigError(
+                raise TrainInputError(
                     f"datasets[{path!r}]: split {split!r} holds {cache.num_tokens} tokens, fewer than one "
                     f"sequence of seq_len={seq_len}; the dataset is empty or too small")
             self.components.append(MixtureComponent(path, float(weight), cache, n))
@@ -181,7 +181,7 @@ def open_eval_sets(validation: Mapping[str, str], seq_len: int, split: str,
         cache = open_cache(path, split, f"validation[{name!r}]")
         n = cache.num_sequences(seq_len)
         if n == 0:
-            raise DataConfigError(
+            raise TrainInputError(
                 f"validation[{name!r}]: {path!r} split {split!r} holds {cache.num_tokens} tokens, fewer "
                 f"than one sequence of seq_len={seq_len}")
         bpt = (bytes_per_token_override or {}).get(name) or bytes_per_token(path, split, cache)

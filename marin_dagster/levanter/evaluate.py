@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from marin_dagster import fs
 from marin_dagster.levanter.config import LlamaConfig
-from marin_dagster.levanter.data import DataConfigError, open_eval_sets
+from marin_dagster.levanter.data import TrainInputError, open_eval_sets
 from marin_dagster.levanter.mesh import batch_sharding, make_mesh, replicated
 from marin_dagster.levanter.model import Params, token_losses
 from marin_dagster.levanter.trainer import EvalResult, load_params, run_eval
@@ -71,14 +71,14 @@ def evaluate(checkpoint_path: str, datasets: Mapping[str, str] | Sequence[str], 
     if not isinstance(datasets, Mapping):
         datasets = {fs.normalize(p).rstrip("/").rsplit("/", 1)[-1]: p for p in datasets}
     if not datasets:
-        raise DataConfigError("datasets: no evaluation dataset given")
+        raise TrainInputError("datasets: no evaluation dataset given")
     config, params = load_model(checkpoint_path)
     seq_len = seq_len or config.seq_len
     if seq_len > config.seq_len:
-        raise DataConfigError(f"seq_len={seq_len} is above the model's maximum (model.seq_len={config.seq_len})")
+        raise TrainInputError(f"seq_len={seq_len} is above the model's maximum (model.seq_len={config.seq_len})")
     mesh = make_mesh(num_devices)
     if batch_size % mesh.devices.size:
-        raise DataConfigError(f"batch_size={batch_size} is not divisible by the {mesh.devices.size} devices")
+        raise TrainInputError(f"batch_size={batch_size} is not divisible by the {mesh.devices.size} devices")
     eval_sets = open_eval_sets(datasets, seq_len, split, bytes_per_token)
     params = jax.device_put(params, replicated(mesh))
     return run_eval(_eval_step(config, compute_dtype, mesh), params, eval_sets, seq_len, batch_size,

@@ -8,6 +8,8 @@ Softmax, norms' statistics and the loss are float32 either way.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -16,7 +18,9 @@ from marin_dagster.levanter.config import LlamaConfig
 Params = dict
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def init_params(config: LlamaConfig, key: jax.Array) -> Params:
+    """Fresh float32 parameters (one compiled program, not dozens of eager ops)."""
     if config.vocab_size is None:
         raise ValueError("LlamaConfig.vocab_size is unset: set it from the tokenizer (with_vocab)")
     d, i, hd, n_layers = config.hidden_dim, config.intermediate_dim, config.actual_head_dim, config.num_layers

@@ -38,9 +38,9 @@ from marin_dagster import fs
 from marin_dagster.levanter.checkpoint import Checkpointer
 from marin_dagster.levanter.config import LlamaConfig
 from marin_dagster.levanter.data import (
-    DataConfigError,
     EvalSet,
     MixtureDataset,
+    TrainInputError,
     eval_batches,
     open_eval_sets,
 )
@@ -236,39 +236,39 @@ def resolve_model(config: TrainLmConfig) -> LlamaConfig:
         if model.vocab_size is None:
             model = model.with_vocab(config.tokenizer_vocab_size)
         elif model.vocab_size != config.tokenizer_vocab_size:
-            raise DataConfigError(
+            raise TrainInputError(
                 f"model.vocab_size is {model.vocab_size} but the tokenizer has "
                 f"{config.tokenizer_vocab_size} tokens (tokenizer_vocab_size): they must match; "
                 "leave model.vocab_size unset to take it from the tokenizer")
     if model.vocab_size is None:
-        raise DataConfigError("model.vocab_size is unset: pass tokenizer_vocab_size (the tokenizer's vocabulary size)")
+        raise TrainInputError("model.vocab_size is unset: pass tokenizer_vocab_size (the tokenizer's vocabulary size)")
     return model
 
 
 def validate(config: TrainLmConfig, settings: TrainerSettings, n_devices: int) -> None:
     seq_len = config.train_seq_len
     if seq_len < 2:
-        raise DataConfigError(f"seq_len must be at least 2 (a token and its target), got {seq_len}")
+        raise TrainInputError(f"seq_len must be at least 2 (a token and its target), got {seq_len}")
     if seq_len > config.model.seq_len:
-        raise DataConfigError(
+        raise TrainInputError(
             f"seq_len={seq_len} is above the model's maximum (model.seq_len={config.model.seq_len}); "
             "lower seq_len or use a model config with a longer seq_len")
     for name in ("batch_size", "num_train_steps"):
         value = getattr(config, name)
         if not isinstance(value, int) or value < 1:
-            raise DataConfigError(f"{name} must be a positive integer, got {value!r}")
+            raise TrainInputError(f"{name} must be a positive integer, got {value!r}")
     if config.batch_size % n_devices:
-        raise DataConfigError(
+        raise TrainInputError(
             f"batch_size={config.batch_size} is not divisible by the {n_devices} devices of the mesh; "
             "use a multiple of the device count")
     if config.steps_per_eval is not None and config.steps_per_eval < 1:
-        raise DataConfigError(f"steps_per_eval must be positive or None, got {config.steps_per_eval}")
+        raise TrainInputError(f"steps_per_eval must be positive or None, got {config.steps_per_eval}")
 
 
 def _check_tokens(batch: np.ndarray, vocab_size: int, where: str) -> None:
     top = int(batch.max())
     if top >= vocab_size:
-        raise DataConfigError(
+        raise TrainInputError(
             f"{where}: token id {top} is outside the model's vocabulary (model.vocab_size={vocab_size}); "
             "the cache was built with a different tokenizer than the model's vocab_size says")
 
@@ -367,7 +367,7 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
     config_path = fs.join(output_path, "config.json")
     previous = fs.read_json_or_none(config_path)
     if previous is not None and previous.get("train") != json_roundtrip(run_config["train"]):
-        raise DataConfigError(
+        raise TrainInputError(
             f"{config_path} holds a different training config than this run's; a rerun on the same "
             "output_path resumes the same run: use a new output_path for a new config")
     fs.write_json(config_path, run_config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marin_dagster.levanter import DataConfigError, MixtureDataset
+from marin_dagster.levanter import MixtureDataset, TrainInputError
 from marin_dagster.levanter.data import block_counts, open_eval_sets
 from marin_dagster.tokenize.cache import TokenCache
 from tests.levanter.caches import write_cache
@@ -69,16 +69,16 @@ def test_block_counts_give_every_dataset_a_share() -> None:
 
 @pytest.mark.parametrize("weight", [0.0, -1.0, float("nan")])
 def test_non_positive_weight_names_the_dataset(caches: dict[str, str], weight: float) -> None:
-    with pytest.raises(DataConfigError, match=r"datasets\[.*b'\]: mixture weight must be a positive"):
+    with pytest.raises(TrainInputError, match=r"datasets\[.*b'\]: mixture weight must be a positive"):
         MixtureDataset({caches["a"]: 1.0, caches["b"]: weight}, SEQ)
 
 
 def test_empty_or_missing_dataset_is_named(caches: dict[str, str], tmp_path) -> None:
-    with pytest.raises(DataConfigError, match=r"datasets\[.*tiny'\].*fewer than one sequence of seq_len=16"):
+    with pytest.raises(TrainInputError, match=r"datasets\[.*tiny'\].*fewer than one sequence of seq_len=16"):
         MixtureDataset({caches["tiny"]: 1.0}, SEQ)
-    with pytest.raises(DataConfigError, match=r"datasets\[.*nowhere'\]: cannot open token cache"):
+    with pytest.raises(TrainInputError, match=r"datasets\[.*nowhere'\]: cannot open token cache"):
         MixtureDataset({str(tmp_path / "nowhere"): 1.0}, SEQ)
-    with pytest.raises(DataConfigError, match="no training dataset"):
+    with pytest.raises(TrainInputError, match="no training dataset"):
         MixtureDataset({}, SEQ)
 
 
@@ -87,5 +87,5 @@ def test_eval_sets_know_bytes_per_token(caches: dict[str, str]) -> None:
     assert es.bytes_per_token == pytest.approx(3.5, rel=0.05)
     (over,) = open_eval_sets({"a": caches["a"]}, SEQ, "validation", {"a": 2.0})
     assert over.bytes_per_token == 2.0
-    with pytest.raises(DataConfigError, match=r"validation\['b'\]"):
+    with pytest.raises(TrainInputError, match=r"validation\['b'\]"):
         open_eval_sets({"b": caches["b"]}, SEQ, "validation")

@@ -18,10 +18,10 @@ import pytest
 
 from marin_dagster.levanter import (
     AdamConfig,
-    DataConfigError,
     LlamaConfig,
     TrainerSettings,
     TrainingDivergedError,
+    TrainInputError,
     TrainLmConfig,
     TrainResult,
     evaluate,
@@ -157,7 +157,7 @@ def test_rerun_of_a_finished_run_trains_nothing(run: tuple[TrainResult, list[str
 
 
 def test_a_changed_config_on_the_same_output_is_refused(run: tuple[TrainResult, list[str]], caches: dict[str, str]) -> None:
-    with pytest.raises(DataConfigError, match="different training config"):
+    with pytest.raises(TrainInputError, match="different training config"):
         train_fn(_config(caches, seed=1), run[0].output_path)
 
 
@@ -170,13 +170,13 @@ def test_a_changed_config_on_the_same_output_is_refused(run: tuple[TrainResult, 
 ])
 def test_bad_input_fails_before_any_compute(caches: dict[str, str], tmp_path, overrides, match) -> None:
     out = tmp_path / "out"
-    with pytest.raises(DataConfigError, match=match):
+    with pytest.raises(TrainInputError, match=match):
         train_fn(_config(caches, **overrides), str(out))
     assert not (out / "checkpoints").exists()
 
 
 def test_bad_mixture_weight_is_named(caches: dict[str, str], tmp_path) -> None:
-    with pytest.raises(DataConfigError, match=r"datasets\[.*noise'\]: mixture weight"):
+    with pytest.raises(TrainInputError, match=r"datasets\[.*noise'\]: mixture weight"):
         train_fn(_config(caches, datasets={caches["pattern"]: 1.0, caches["noise"]: 0}), str(tmp_path / "o"))
 
 
