@@ -33,9 +33,10 @@ def fresh_states() -> Iterator[None]:
     forget_folder_states()
 
 
-@pytest.fixture
-def instance(dagster_home) -> Iterator[dg.DagsterInstance]:
-    with dg.DagsterInstance.get() as inst:
+@pytest.fixture(scope="module")
+def instance(tmp_path_factory) -> Iterator[dg.DagsterInstance]:
+    """One real sqlite instance for the module (each test's runs are told apart by their folder)."""
+    with dg.instance_for_test(temp_dir=str(tmp_path_factory.mktemp("dagster_home"))) as inst:
         yield inst
 
 
