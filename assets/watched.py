@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,14 +60,18 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
         kinds={"folder"},
     )
 
-    @dg.multi_observable_source_asset(specs=[spec], name=f"observe_{key.to_python_identifier()}")
-    def observe(context) -> Any:  # noqa: ANN001 (Dagster reads the annotation; a string would fail)
+    def observe(context) -> Any:  # no annotation: Dagster rejects the string one `annotations` makes
         snap = folder_state(folder).snapshot()
         yield dg.ObserveResult(
             asset_key=key,
             data_version=dg.DataVersion(snap.content_hash),
             metadata={"files": snap.files, "bytes": snap.bytes, "hashed": snap.hashed},
         )
+
+    with warnings.catch_warnings():  # observable source assets are "beta" in Dagster 1.13
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        observe = dg.multi_observable_source_asset(
+            specs=[spec], name=f"observe_{key.to_python_identifier()}")(observe)
 
     _register(observe, Step(name, WATCHED_KIND, version, config, {}, observe))
     return observe

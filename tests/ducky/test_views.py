@@ -46,6 +46,11 @@ def test_jsonl_and_token_cache_views_by_asset_name(prefix, corpus_records):
                             "GROUP BY split ORDER BY split").fetchall()
     assert per_split == [("train", 3, 12), ("validation", 1, 2)]
     assert con.sql('SELECT sum(score) FROM "scores/corpus"').to_arrow_table().column(0)[0].as_py() == 0.75
+    # Locked down, the views still read under the prefix, and nothing else can be read.
+    with pytest.raises(duckdb.PermissionException):
+        con.execute("SELECT * FROM read_text('/etc/hostname')")
+    with pytest.raises(duckdb.PermissionException):
+        con.execute(f"SELECT * FROM read_json('{prefix.rsplit('/', 1)[0]}/elsewhere/*.jsonl')")
 
 
 def test_view_points_at_current_version_else_newest_success(tmp_path, corpus_records):
