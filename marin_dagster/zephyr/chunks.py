@@ -52,8 +52,9 @@ def dumps(obj: Any) -> bytes:
 class ChunkWriter:
     """Append records; they are grouped into chunks of CHUNK_RECORDS / CHUNK_BYTES."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, max_chunk_bytes: int = CHUNK_BYTES):
         self.path = path
+        self.max_chunk_bytes = max_chunk_bytes
         self._sink = pa.OSFile(path, "wb")
         self._writer = pa.ipc.new_file(self._sink, _SCHEMA, options=_OPTIONS)
         self._chunk: list[Any] = []
@@ -67,7 +68,7 @@ class ChunkWriter:
         # Sampling keeps the estimate cheap; records in one stream are similar.
         if len(self._chunk) % 32 == 1:
             self._chunk_bytes += 32 * approx_size(record)
-        if len(self._chunk) >= CHUNK_RECORDS or self._chunk_bytes >= CHUNK_BYTES:
+        if len(self._chunk) >= CHUNK_RECORDS or self._chunk_bytes >= self.max_chunk_bytes:
             self.end_chunk()
 
     def extend(self, records: Any) -> None:
@@ -101,7 +102,9 @@ class ChunkWriter:
 
 def read_chunks(path: str, start: int = 0, stop: int | None = None) -> Iterator[list[Any]]:
     """The chunks [start, stop) of a chunk file, one list of records at a time."""
-    with pa.memory_map(path, "r") as source:
+    # Plain reads, not a memory map: mapped pages would stay resident (and count
+    # against the worker's memory) until the whole run is read.
+    with pa.OSFile(path, "r") as source:
         reader = pa.ipc.open_file(source)
         stop = reader.num_record_batches if stop is None else stop
         for i in range(start, stop):

@@ -53,6 +53,7 @@ from marin_dagster.zephyr.plan import (
 from marin_dagster.zephyr.readers import Cursor, iter_file_batches, iter_file_records
 from marin_dagster.zephyr.shuffle import (
     ScatterSpec,
+    chunk_bytes_for,
     merge_runs,
     reduce_groups,
     scatter,
@@ -167,8 +168,8 @@ def _read_chunks(inp: ChunkInput) -> Iterator[Any]:
             yield from chunk
 
 
-def _source(inp: Any, batches: bool, cursor: Cursor, scratch: str | None = None
-            ) -> tuple[Iterator[Any], bool]:
+def _source(inp: Any, batches: bool, cursor: Cursor, scratch: str | None = None,
+            memory_budget: int = 1 << 30) -> tuple[Iterator[Any], bool]:
     """The stage's input stream, and whether it is Arrow batches."""
     if isinstance(inp, FileInput):
         return _read_file(inp, batches, cursor), batches
@@ -181,9 +182,11 @@ def _source(inp: Any, batches: bool, cursor: Cursor, scratch: str | None = None
         return _read_chunks(inp), False
     if isinstance(inp, ShuffleInput):
         if isinstance(inp.op, GroupByOp):
-            entries = merge_runs(inp.runs, inp.op.sort_fn is not None, scratch)
+            entries = merge_runs(inp.runs, inp.op.sort_fn is not None, scratch,
+                                 chunk_bytes=chunk_bytes_for(memory_budget))
             return reduce_groups(entries, inp.op.reducer_fn), False
-        return shuffled_records(merge_runs(inp.runs, False, scratch)), False
+        entries = merge_runs(inp.runs, False, scratch, chunk_bytes=chunk_bytes_for(memory_budget))
+        return shuffled_records(entries), False
     raise TypeError(f"unknown task input {type(inp).__name__}")
 
 
@@ -262,7 +265,8 @@ def _join(left: Iterator[Any], step: JoinStep) -> Iterator[Any]:
 def build_stream(task: Task, cursor: Cursor) -> tuple[Iterator[Any], bool, _Counted | None]:
     """The task's lazy stream, whether it is Arrow batches, and its records_in counter."""
     batches = wants_batches(task.ops, task.sink) and isinstance(task.input, FileInput)
-    stream, batches = _source(task.input, batches, cursor, os.path.join(task.scratch, "merge"))
+    stream, batches = _source(task.input, batches, cursor, os.path.join(task.scratch, "merge"),
+                              task.memory_budget)
     counted = None
     if task.count_records_in:
         counted = _Counted(stream, batches)

@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin_dagster.zephyr.chunks import ChunkWriter, approx_size, read_records
+import pyarrow as pa
+
+from marin_dagster.zephyr.chunks import CHUNK_BYTES, ChunkWriter, approx_size, read_records
 from marin_dagster.zephyr.keys import order_key, partition_of
 
 Run = tuple[str, int, int]  # chunk file, first chunk, end chunk
@@ -69,7 +71,7 @@ def scatter(stream: Iterator[Any], spec: ScatterSpec, out_dir: str, memory_budge
     def spill() -> None:
         nonlocal est
         path = os.path.join(out_dir, f"spill-{result.spills:05d}.arrow")
-        writer = ChunkWriter(path)
+        writer = ChunkWriter(path, chunk_bytes_for(memory_budget))
         try:
             for p in range(n):
                 buf = buffers[p]
@@ -89,6 +91,9 @@ def scatter(stream: Iterator[Any], spec: ScatterSpec, out_dir: str, memory_budge
             raise
         result.spills += 1
         est = 0
+        # Arrow's allocator keeps freed compression buffers; hand them back so the
+        # process stays near its budget.
+        pa.default_memory_pool().release_unused()
 
     for i, rec in enumerate(stream):
         if key_fn is None:
@@ -135,6 +140,11 @@ def _combine(buf: list[tuple], spec: ScatterSpec) -> Iterator[tuple]:
 MERGE_FANIN = 64
 
 
+def chunk_bytes_for(memory_budget: int) -> int:
+    """Chunk size such that a merge of MERGE_FANIN runs (one chunk each) fits the budget."""
+    return max(16 << 10, min(CHUNK_BYTES, memory_budget // (2 * MERGE_FANIN)))
+
+
 def _merge(runs: list[Run], has_sort: bool) -> Iterator[tuple]:
     iters = [read_records(path, start, stop) for path, start, stop in runs]
     if len(iters) == 1:
@@ -143,7 +153,7 @@ def _merge(runs: list[Run], has_sort: bool) -> Iterator[tuple]:
 
 
 def merge_runs(runs: list[Run], has_sort: bool, scratch: str | None = None,
-               fanin: int = MERGE_FANIN) -> Iterator[tuple]:
+               fanin: int = MERGE_FANIN, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple]:
     """All entries of `runs` in (key, sort) order, holding one chunk per merged run.
 
     More than `fanin` runs (many map tasks, or a small budget) are first merged
@@ -160,7 +170,7 @@ def merge_runs(runs: list[Run], has_sort: bool, scratch: str | None = None,
                 merged.append(group[0])
                 continue
             path = os.path.join(scratch, f"merge-{level}-{g // fanin:05d}.arrow")
-            writer = ChunkWriter(path)
+            writer = ChunkWriter(path, chunk_bytes)
             try:
                 writer.extend(_merge(group, has_sort))
                 writer.close()

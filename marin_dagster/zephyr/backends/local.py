@@ -20,20 +20,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from marin_dagster.zephyr.backends.base import WorkerLost, dumps_task, loads_result, run_task_bytes
+from marin_dagster.zephyr.backends.base import WorkerLost, dumps_task, loads_result
 from marin_dagster.zephyr.runtime import Task, TaskResult
 
 logger = logging.getLogger(__name__)
-
-
-def _worker_main(conn: multiprocessing.connection.Connection) -> None:
-    """Kept for multiprocessing-started workers (older drivers); see worker.py."""
-    while True:
-        try:
-            payload = conn.recv_bytes()
-        except (EOFError, OSError):
-            return
-        conn.send_bytes(run_task_bytes(payload))
 
 
 def _worker_env() -> dict[str, str]:
