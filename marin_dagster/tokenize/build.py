@@ -14,7 +14,8 @@ and ``.stats.json`` are written after every task is done.
 then record order (empty and bad records do not count). The builder counts
 documents per file up front (reading only as many files as it needs), so each
 task knows its own limit and the result does not depend on the workers. The
-validation fraction is held out from those N.
+validation fraction is held out from those N; separate validation files are
+not limited.
 """
 
 from __future__ import annotations
