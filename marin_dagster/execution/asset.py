@@ -19,7 +19,7 @@ from marin_dagster import fs
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.step import execute_step
 from marin_dagster.execution.version import compute_version
-from marin_dagster.iris import ResourceConfig
+from marin_dagster.iris import ResourceConfig, iris_placement_metadata
 
 FORCE_TAG = "marin/force"
 
@@ -193,6 +193,8 @@ def versioned_asset(
                 "skipped": outcome.skipped,
                 "output_files": len(files),
                 "output_bytes": sum(f["size"] for f in files.values()),
+                # where this materialization ran (not where the skipped work once ran)
+                **iris_placement_metadata(),
             },
         )
 

@@ -1,0 +1,177 @@
+"""Language models: `train_lm(...)` checkpoints and `evaluate(...)` on Levanter (JAX)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+import pydantic
+
+from marin_dagster import fs
+from marin_dagster.execution.asset import Step, StepContext, step_for, versioned_asset
+from marin_dagster.execution.version import StepConfig, unversioned
+from marin_dagster.iris import ResourceConfig
+from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig, train
+from marin_dagster.levanter import evaluate as evaluate_checkpoint
+from marin_dagster.levanter.evaluate import evaluate_to_dict
+from marin_dagster.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, vocab_size
+
+
+class TrainLmStepConfig(StepConfig):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", strict=True,
+                                       arbitrary_types_allowed=True, protected_namespaces=())
+    version: str
+    model: LlamaConfig
+    optimizer: AdamConfig
+    weights: dict[str, float]
+    """Mixture weight per input dataset (by asset name)."""
+    batch_size: int = pydantic.Field(ge=1)
+    seq_len: int | None = None
+    num_train_steps: int = pydantic.Field(ge=1)
+    seed: int = 0
+    steps_per_eval: int | None = None
+    max_eval_batches: int | None = 16
+    checkpoint_every: int | None = unversioned(None)
+    keep: int | None = unversioned(None)
+
+
+def _tokenizer_step(name: str, datasets: Mapping[dg.AssetsDefinition, float]) -> Step:
+    """The one tokenizer shared by every dataset of the mixture."""
+    tokenizers = {}
+    for asset in datasets:
+        step = step_for(asset)
+        if "tokenizer" not in step.upstream:
+            raise ValueError(
+                f"train_lm({name!r}): datasets must be tokenized(...) assets; "
+                f"{step.name} is a {step.kind!r}")
+        tokenizers[step.upstream["tokenizer"].version] = step.upstream["tokenizer"]
+    if len(tokenizers) != 1:
+        raise ValueError(
+            f"train_lm({name!r}): the datasets use {len(tokenizers)} different tokenizers "
+            f"({sorted(t.name + '-' + v for v, t in tokenizers.items())}); a mixture needs one")
+    return next(iter(tokenizers.values()))
+
+
+def _png_markdown(path: str, alt: str) -> str:
+    data = base64.b64encode(fs.read_bytes(path)).decode("ascii")
+    return f"![{alt}](data:image/png;base64,{data})"
+
+
+def _run_train(config: TrainLmStepConfig, inputs: Mapping[str, str], output_path: str,
+               step: StepContext) -> dict[str, Any]:
+    levanter = step.resources.levanter
+    tok = load_tokenizer(fs.join(inputs["tokenizer"], TOKENIZER_FILE))
+    train_config = TrainLmConfig(
+        model=config.model,
+        datasets={inputs[name]: weight for name, weight in config.weights.items()},
+        optimizer=config.optimizer,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        num_train_steps=config.num_train_steps,
+        seed=config.seed,
+        steps_per_eval=config.steps_per_eval,
+        max_eval_batches=config.max_eval_batches,
+        tokenizer_vocab_size=vocab_size(tok),
+        checkpoint_every=config.checkpoint_every,
+        keep=config.keep,
+    )
+    result = train(train_config, output_path, settings=levanter.settings(),
+                   on_metrics=levanter.metrics_logger(step.log),
+                   decode=lambda ids: tok.decode(ids, skip_special_tokens=True))
+    if result.resumed_from_step:
+        step.log.info(f"resumed from the checkpoint at step {result.resumed_from_step}")
+    meta: dict[str, Any] = {
+        "final_train_loss": round(result.final_train_loss, 4),
+        "eval_loss": None if result.eval_loss is None else round(result.eval_loss, 4),
+        "tokens_per_second": None if result.tokens_per_second is None else round(result.tokens_per_second, 1),
+        "mfu": None if result.mfu is None else round(result.mfu, 5),
+        "mfu_formula": result.mfu_formula,
+        "total_tokens": result.total_tokens,
+        "parameters": result.num_parameters,
+        "steps": result.final_step,
+        "devices": result.num_devices,
+        "resumed_from_step": result.resumed_from_step,
+        "loss_curve": dg.MetadataValue.md(_png_markdown(result.loss_curve_path, "loss curve")),
+        "sample": dg.MetadataValue.md(f"```\n{result.sample_text or ''}\n```"),
+        "eval": dg.MetadataValue.json({k: v.to_dict() for k, v in result.eval.items()}),
+        "params": dg.MetadataValue.path(result.params_path),
+    }
+    return meta
+
+
+def train_lm(
+    name: str,
+    *,
+    version: str = "v1",
+    model: LlamaConfig,
+    optimizer: AdamConfig | None = None,
+    datasets: Mapping[dg.AssetsDefinition, float],
+    batch_size: int,
+    num_train_steps: int,
+    seq_len: int | None = None,
+    resources: str | ResourceConfig = "cpu",
+    **config: Any,
+) -> dg.AssetsDefinition:
+    """A Llama trained on a mixture of tokenized datasets; output: orbax checkpoints and final params."""
+    if not datasets:
+        raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_asset: weight}}")
+    bad = {step_for(a).name: w for a, w in datasets.items() if not w > 0}
+    if bad:
+        raise ValueError(f"train_lm({name!r}): datasets weights must be positive, got {bad}")
+    tokenizer_step = _tokenizer_step(name, datasets)
+    cfg = TrainLmStepConfig(
+        version=version, model=model, optimizer=optimizer or AdamConfig(),
+        weights={step_for(a).name: float(w) for a, w in datasets.items()},
+        batch_size=batch_size, num_train_steps=num_train_steps, seq_len=seq_len, **config,
+    )
+    upstream = {step_for(a).name: a for a in datasets}
+    upstream["tokenizer"] = tokenizer_step.asset
+    return versioned_asset(
+        name=name, kind="train_lm", config=cfg, run=_run_train, upstream=upstream,
+        description=(f"Llama ({model.num_layers} layers, hidden {model.hidden_dim}) trained "
+                     f"{num_train_steps} steps, batch {batch_size}, on "
+                     + ", ".join(f"{n} x{w:g}" for n, w in cfg.weights.items())
+                     + ". Orbax checkpoints with resume; final params as npz."),
+        resources=resources,
+        required_resources=("levanter",),
+        kinds=("jax",),
+    )
+
+
+class EvaluateStepConfig(StepConfig):
+    split: str = "validation"
+    batch_size: int = pydantic.Field(8, ge=1)
+    max_batches: int | None = 16
+
+
+def _run_evaluate(config: EvaluateStepConfig, inputs: Mapping[str, str], output_path: str,
+                  step: StepContext) -> dict[str, Any]:
+    datasets = {name: path for name, path in inputs.items() if name != "checkpoint"}
+    results = evaluate_checkpoint(inputs["checkpoint"], datasets, split=config.split,
+                                  batch_size=config.batch_size, max_batches=config.max_batches,
+                                  compute_dtype=step.resources.levanter.precision)
+    as_dict = evaluate_to_dict(results)
+    fs.write_json(fs.join(output_path, "eval.json"), as_dict)
+    meta: dict[str, Any] = {"results": dg.MetadataValue.json(as_dict)}
+    for name, r in results.items():
+        meta[f"{name}/loss"] = round(r.loss, 4)
+        meta[f"{name}/perplexity"] = round(r.perplexity, 3)
+        if r.bits_per_byte is not None:
+            meta[f"{name}/bits_per_byte"] = round(r.bits_per_byte, 4)
+    step.log.info(json.dumps(as_dict))
+    return meta
+
+
+def evaluate(name: str, checkpoint: dg.AssetsDefinition, datasets: list[dg.AssetsDefinition],
+             **config: Any) -> dg.AssetsDefinition:
+    """Eval loss, perplexity and bits per byte of a checkpoint on tokenized datasets."""
+    upstream = {step_for(a).name: a for a in datasets}
+    upstream["checkpoint"] = checkpoint
+    return versioned_asset(
+        name=name, kind="evaluate", config=EvaluateStepConfig(**config), run=_run_evaluate,
+        upstream=upstream, description="Evaluation of a checkpoint on the datasets' validation split.",
+        required_resources=("levanter",), kinds=("jax",),
+    )
