@@ -2,7 +2,7 @@
 
 DuckDB allows one writer per database file, across processes; two runs
 writing stats at once would fail on the file lock, so writers first take an
-exclusive `flock` on `{database}.lock` and wait for each other.
+exclusive `flock` on `{database}.lock` (ducky/stats_db.py) and wait for each other.
 
 DuckDB writes only local files: under a local prefix the database is
 `{prefix}/ducky/stats.duckdb`; under a remote prefix (gs://) it is a local
@@ -14,7 +14,6 @@ prefix, so they are never only local.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from dagster_duckdb import DuckDBResource
 
 from marin_dagster import fs
 from marin_dagster.ducky.catalog import AssetEntry
+from marin_dagster.ducky.stats_db import writer_lock
 from marin_dagster.execution.asset import Step
 
 STATS_DATABASE = "stats.duckdb"
@@ -51,17 +51,11 @@ def stats_writer(resource: DuckDBResource) -> Iterator[duckdb.DuckDBPyConnection
         with resource.get_connection() as con:
             yield con
         return
-    os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
-    with open(f"{database}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with writer_lock(database), resource.get_connection() as con:
         try:
-            with resource.get_connection() as con:
-                try:
-                    yield con
-                finally:
-                    con.close()
+            yield con
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            con.close()  # DuckDBResource closes only on success; never leave the file locked
 
 
 def asset_entry(step: Step) -> AssetEntry:

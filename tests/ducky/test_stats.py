@@ -16,7 +16,7 @@ from marin_dagster import fs
 from marin_dagster.ducky import AssetEntry, connect, resolve_catalog
 from marin_dagster.execution.asset import StepContext, versioned_asset
 from marin_dagster.execution.version import StepConfig
-from resources.ducky import stats_database_path, stats_duckdb
+from resources.ducky import stats_database_path, stats_duckdb, stats_writer
 from resources.storage import StorageResource
 from tests.conftest import subprocess_env
 from tests.ducky.conftest import jsonl_gz
@@ -88,11 +88,14 @@ def test_stats_asset_measures_text_and_token_datasets(tmp_path, dagster_home, co
         ("raw/stats_text", 40), ("tokenized/stats_tokens", 4)]
 
 
+# What stats_writer does, without importing Dagster in each writer (seconds per process):
+# take the writer lock, then open the database for writing.
 WRITER = """
 import sys, time
-from resources.ducky import stats_duckdb, stats_writer
-resource = stats_duckdb(sys.argv[1])
-with stats_writer(resource) as con:
+import duckdb
+from marin_dagster.ducky.stats_db import writer_lock
+database = sys.argv[1]
+with writer_lock(database), duckdb.connect(database) as con:
     con.execute("CREATE TABLE IF NOT EXISTS writes (writer INTEGER, n INTEGER)")
     for n in range(20):
         con.execute("INSERT INTO writes VALUES (?, ?)", [int(sys.argv[2]), n])
@@ -101,12 +104,15 @@ with stats_writer(resource) as con:
 
 
 def test_writers_to_the_stats_database_take_turns(tmp_path):
-    prefix = str(tmp_path / "data")
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, prefix, str(i)], env=subprocess_env(),
+    database = stats_database_path(str(tmp_path / "data"))
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, database, str(i)], env=subprocess_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(3)]
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err.decode()[-2000:]
-    with duckdb.connect(stats_database_path(prefix), read_only=True) as con:
+    # A writer through the resource queues behind the same lock.
+    with stats_writer(stats_duckdb(str(tmp_path / "data"))) as con:
+        con.execute("INSERT INTO writes VALUES (99, 0)")
+    with duckdb.connect(database, read_only=True) as con:
         assert con.execute("SELECT writer, count(*) FROM writes GROUP BY writer ORDER BY writer").fetchall() == [
-            (i, 20) for i in range(3)]
+            (i, 20) for i in range(3)] + [(99, 1)]

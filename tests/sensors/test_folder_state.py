@@ -41,9 +41,10 @@ def expected_hash(folder: str) -> str:
     return content_hash(digests)
 
 
-def wait_for_events(state: FolderState, paths: int) -> None:
+def wait_for_events(state: FolderState, *paths: str) -> None:
+    """Wait until watchdog has reported every path (its events arrive on another thread)."""
     deadline = time.time() + 30
-    while len(state._dirty) < paths and time.time() < deadline:
+    while not all(p in state._dirty for p in paths) and time.time() < deadline:
         time.sleep(0.05)
 
 
@@ -69,7 +70,7 @@ def test_a_tick_on_10000_files_hashes_only_changed_files(big_folder, watch):
         removed = os.path.join(big_folder, "d01", "f00001.txt")
         os.rename(removed, removed + ".bak")  # moved away: a delete and an add of another name
         if watch:
-            wait_for_events(state, 6)
+            wait_for_events(state, *changed, added, removed, removed + ".bak")
 
         after = state.snapshot()
         assert after.files == N + 1
@@ -100,12 +101,12 @@ def test_new_folders_moved_in_are_scanned_whole(tmp_path):
         for i in range(5):
             (staging / "deep" / f"{i}.txt").write_text(str(i))
         os.rename(staging, folder / "batch")  # its files never fire events under the folder
-        wait_for_events(state, 1)
+        wait_for_events(state, str(folder / "batch"))
         snap = state.snapshot()
         assert snap.files == 6 and not snap.full_scan
         assert snap.content_hash == expected_hash(str(folder))
         os.rename(folder / "batch", tmp_path / "gone")
-        wait_for_events(state, 1)
+        wait_for_events(state, str(folder / "batch"))
         assert state.snapshot().content_hash == expected_hash(str(folder))
     finally:
         state.close()
