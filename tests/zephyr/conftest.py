@@ -1,5 +1,5 @@
-"""Zephyr fixtures: one long-lived local context (worker processes are reused), and a real
-local Ray cluster started once per session."""
+"""Zephyr fixtures: one long-lived local context (worker processes are reused), and a Ray
+context on the session's local Ray cluster (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,6 @@ cloudpickle.register_pickle_by_value(tests)
 def local_ctx() -> Iterator[ZephyrContext]:
     with ZephyrContext(max_workers=2, backend="local") as ctx:
         yield ctx
-
-
-@pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[None]:
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="session")
