@@ -32,7 +32,10 @@ class TrainInputError(ValueError):
     """Training input that cannot be used (dataset, mixture weight, seq_len, vocab, ...); the message names the field."""
 
 
-def _sub_seed(seed: int, name: str) -> int:
+def _sub_seed(seed: int, path: str) -> int:
+    """A dataset's own seed. It keys on the cache's folder name ({name}-{version}), not the
+    whole path, so the same run under another prefix (./data, gs://...) reads the same batches."""
+    name = fs.normalize(path).rstrip("/").rsplit("/", 1)[-1]
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
 

@@ -36,6 +36,17 @@ def test_a_batch_is_a_pure_function_of_seed_and_step(caches: dict[str, str]) -> 
     assert all(b.shape == (8, SEQ) and b.dtype == np.int32 for b in batches)
 
 
+def test_batches_do_not_depend_on_where_the_caches_live(caches: dict[str, str], tmp_path) -> None:
+    """The same caches under another prefix (a copy, as on gs:// vs ./data) give the same batches."""
+    import shutil
+
+    moved = {k: shutil.copytree(caches[k], tmp_path / "elsewhere" / k) for k in ("a", "b")}
+    here = MixtureDataset({caches["a"]: 1.0, caches["b"]: 0.5}, SEQ, seed=7)
+    there = MixtureDataset({str(moved["a"]): 1.0, str(moved["b"]): 0.5}, SEQ, seed=7)
+    for step in (0, 5, 40):
+        np.testing.assert_array_equal(here.batch(step, 8), there.batch(step, 8))
+
+
 def test_mixture_follows_the_weights(caches: dict[str, str]) -> None:
     a, b = TokenCache.open(caches["a"]), TokenCache.open(caches["b"])
     seqs_a = {tuple(s) for s in a.sequences(np.arange(a.num_sequences(SEQ)), SEQ)}
