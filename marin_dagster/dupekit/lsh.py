@@ -109,7 +109,8 @@ def band_hashes(signatures: np.ndarray, params: LSHParams) -> np.ndarray:
     sigs = np.asarray(signatures, dtype=np.uint32).astype(np.uint64)
     out = np.empty((sigs.shape[0], params.bands), dtype=np.uint64)
     for band in range(params.bands):
-        h = np.full(sigs.shape[0], _GOLDEN * np.uint64(band + 1), dtype=np.uint64)
+        seed = (int(_GOLDEN) * (band + 1)) & 0xFFFFFFFFFFFFFFFF
+        h = np.full(sigs.shape[0], seed, dtype=np.uint64)
         for col in range(band * params.rows, (band + 1) * params.rows):
             h = _splitmix64(h ^ sigs[:, col])
         out[:, band] = h
