@@ -13,20 +13,23 @@ Same model code, batch, sequence length and optimizer, measured in the same run
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
-import statistics
 import sys
-import tempfile
-import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
+# Run as a script, sys.path[0] is benchmarks/, whose sibling scripts (tokenize.py)
+# would shadow standard modules: put the repository root there instead.
+sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
 
 from marin_dagster.levanter import (  # noqa: E402
     MFU_FORMULA,
