@@ -17,6 +17,7 @@ from marin_dagster.iris import ResourceConfig
 from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig, train
 from marin_dagster.levanter import evaluate as evaluate_checkpoint
 from marin_dagster.levanter.evaluate import evaluate_to_dict
+from marin_dagster.levanter.trainer import with_split
 from marin_dagster.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, vocab_size
 
 
@@ -74,6 +75,8 @@ def _run_train(config: TrainLmStepConfig, inputs: Mapping[str, str], output_path
         seed=config.seed,
         steps_per_eval=config.steps_per_eval,
         max_eval_batches=config.max_eval_batches,
+        # Eval metrics named by asset, as the evaluate(...) asset names them.
+        validation=with_split({name: inputs[name] for name in config.weights}, "validation"),
         tokenizer_vocab_size=vocab_size(tok),
         checkpoint_every=config.checkpoint_every,
         keep=config.keep,

@@ -273,14 +273,19 @@ def _check_tokens(batch: np.ndarray, vocab_size: int, where: str) -> None:
             "the cache was built with a different tokenizer than the model's vocab_size says")
 
 
+def with_split(datasets: Mapping[str, str], split: str) -> dict[str, str]:
+    """The datasets ({name: cache path}) whose cache holds `split`."""
+    return {name: path for name, path in datasets.items()
+            if fs.exists(fs.join(fs.normalize(path), split, "shard_ledger.json"))}
+
+
 def default_validation(config: TrainLmConfig) -> dict[str, str]:
-    out: dict[str, str] = {}
+    """Each training dataset's validation split, named by its cache folder."""
+    named: dict[str, str] = {}
     for path in config.datasets:
-        if fs.exists(fs.join(fs.normalize(path), config.validation_split, "shard_ledger.json")):
-            base = fs.normalize(path).rstrip("/").rsplit("/", 1)[-1]
-            name = base if base not in out else f"{base}-{len(out)}"
-            out[name] = path
-    return out
+        base = fs.normalize(path).rstrip("/").rsplit("/", 1)[-1]
+        named[base if base not in named else f"{base}-{len(named)}"] = path
+    return with_split(named, config.validation_split)
 
 
 # --- helpers --------------------------------------------------------------------------------

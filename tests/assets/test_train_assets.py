@@ -62,6 +62,7 @@ def test_train_lm_and_evaluate_assets(tmp_path, downloads):
         assert meta["total_tokens"] == 12 * 4 * 128
         assert np.isfinite(meta["final_train_loss"]) and meta["final_train_loss"] < np.log(512)
         assert meta["eval_loss"] is not None and meta["tokens_per_second"] > 0
+        assert set(meta["eval"]) == {"tokenized/shakespeare"}, "eval sets are named by asset"
         assert 0 < meta["mfu"] < 1
         assert meta["loss_curve"].startswith("![loss curve](data:image/png;base64,")
         assert meta["sample"].startswith("```")
