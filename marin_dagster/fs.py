@@ -27,8 +27,13 @@ _TEMP_MARK = ".tmp-"
 
 
 def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem for `path` and the path as that filesystem names it."""
-    fs, fs_path = fsspec.core.url_to_fs(path)
+    """The filesystem for `path` and the path as that filesystem names it.
+
+    Listings are never cached: status files, leases and outputs are rewritten by other
+    processes, and gcsfs would answer `exists`, `info` and reads (their size) from a stale
+    listing of the folder.
+    """
+    fs, fs_path = fsspec.core.url_to_fs(path, use_listings_cache=False)
     return fs, fs_path
 
 
