@@ -89,9 +89,20 @@ def gcs_prefix(gcs_emulator: str) -> str:
     return f"gs://{EMULATOR_BUCKET}/{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["local", "gcs"])
+@pytest.fixture(params=["local", "memory", "gcs"])
 def prefix(request: pytest.FixtureRequest, tmp_path) -> str:
-    """Each versioning test runs on local disk and on gs:// (the emulator)."""
+    """Each storage test runs on local disk, fsspec's in-process memory:// and gs:// (the
+    emulator). Tests whose writers are other processes take `process_prefix`."""
+    if request.param == "memory":
+        return f"memory://marin-test-{uuid.uuid4().hex[:12]}/data"
+    if request.param == "local":
+        return str(tmp_path / "data")
+    return request.getfixturevalue("gcs_prefix")
+
+
+@pytest.fixture(params=["local", "gcs"])
+def process_prefix(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A prefix that other processes see too: local disk and gs:// (the emulator)."""
     if request.param == "local":
         return str(tmp_path / "data")
     return request.getfixturevalue("gcs_prefix")

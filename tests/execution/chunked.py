@@ -1,6 +1,7 @@
 """A test factory on the same `versioned_asset` helper as the real ones.
 
-`chunked` writes `num_chunks` deterministic files, slowly when asked, and
+`chunked` writes `num_chunks` deterministic files, pausing halfway through each write
+when asked (`delay_s`), and
 records each entry into its compute and each chunk it writes in a counter
 file, so tests can count work instead of timing it.
 """
@@ -57,8 +58,12 @@ def _run(config: ChunkedConfig, inputs: Mapping[str, str], output_path: str,
         target = fs.join(output_path, f"chunk-{i:05d}.bin")
         if fs.exists(target):
             continue
-        time.sleep(config.delay_s)
-        fs.write_bytes(target, chunk_bytes(config.seed, i, config.chunk_bytes, upstream))
+        data = chunk_bytes(config.seed, i, config.chunk_bytes, upstream)
+        with fs.atomic_write(target) as f:
+            f.write(data[: len(data) // 2])
+            f.flush()
+            time.sleep(config.delay_s)  # a kill now lands inside the write
+            f.write(data[len(data) // 2:])
         record(config.counter, f"chunk{i}")
         written += 1
     return {"chunks_written": written, "note": dg.MetadataValue.md(f"**{written}** chunks")}
