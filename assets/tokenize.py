@@ -14,6 +14,7 @@ from marin_dagster import fs
 from marin_dagster.datasets.files import dataset_files
 from marin_dagster.execution.asset import StepContext, versioned_asset
 from marin_dagster.execution.version import StepConfig
+from marin_dagster.iris import ResourceConfig
 from marin_dagster.tokenize import TokenCache
 from marin_dagster.tokenize.build import build_token_cache
 from marin_dagster.tokenize.records import held_out, iter_documents, read_records
@@ -100,6 +101,7 @@ def tokenizer(
     source: dg.AssetsDefinition | None = None,
     *,
     pretrained: str | None = None,
+    resources: str | ResourceConfig = "cpu",
     **config: Any,
 ) -> dg.AssetsDefinition:
     """A byte-level BPE trained on `source`'s text, or an existing tokenizer (`pretrained`)."""
@@ -116,6 +118,7 @@ def tokenizer(
         upstream={"source": source} if source is not None else None,
         description=(f"Tokenizer loaded from {pretrained}." if pretrained else
                      f"Byte-level BPE, vocabulary {cfg.vocab_size}, trained on the source's text."),
+        resources=resources,
         kinds=("tokenizers",),
     )
 
@@ -179,6 +182,7 @@ def tokenized(
     tokenizer: dg.AssetsDefinition,
     *,
     validation: float | dg.AssetsDefinition = 0.05,
+    resources: str | ResourceConfig = "cpu",
     **config: Any,
 ) -> dg.AssetsDefinition:
     """A Levanter-style token cache of `source` (train and validation splits), one shard per input shard."""
@@ -192,6 +196,7 @@ def tokenized(
         name=name, kind="tokenized", config=cfg, run=_run_tokenized, upstream=upstream,
         description="Token cache (uint16/uint32 ids and document offsets as .npy shards, a ledger "
                     "per split) that training reads with TokenCache.",
+        resources=resources,
         required_resources=("zephyr",),
         kinds=("numpy",),
     )

@@ -168,13 +168,13 @@ def _run_evaluate(config: EvaluateStepConfig, inputs: Mapping[str, str], output_
     return meta
 
 
-def evaluate(name: str, checkpoint: dg.AssetsDefinition, datasets: list[dg.AssetsDefinition],
-             **config: Any) -> dg.AssetsDefinition:
+def evaluate(name: str, checkpoint: dg.AssetsDefinition, datasets: list[dg.AssetsDefinition], *,
+             resources: str | ResourceConfig = "cpu", **config: Any) -> dg.AssetsDefinition:
     """Eval loss, perplexity and bits per byte of a checkpoint on tokenized datasets."""
     upstream = {step_for(a).name: a for a in datasets}
     upstream["checkpoint"] = checkpoint
     return versioned_asset(
         name=name, kind="evaluate", config=EvaluateStepConfig(**config), run=_run_evaluate,
         upstream=upstream, description="Evaluation of a checkpoint on the datasets' validation split.",
-        required_resources=("levanter",), kinds=("jax",),
+        resources=resources, required_resources=("levanter",), kinds=("jax",),
     )

@@ -29,6 +29,7 @@ from marin_dagster import fs
 from marin_dagster.execution import asset as execution_asset
 from marin_dagster.execution.asset import Step, StepContext, asset_key, step_for, versioned_asset
 from marin_dagster.execution.version import StepConfig, compute_version
+from marin_dagster.iris import ResourceConfig
 from marin_dagster.sensors import WATCHED_KIND, content_hash, file_digest, folder_state
 
 
@@ -121,7 +122,8 @@ def _run_folder_corpus(config: FolderCorpusConfig, inputs: Mapping[str, str], ou
             "content_hash": content_hash(digests), "folder": dg.MetadataValue.path(config.folder)}
 
 
-def folder_corpus(name: str, source: dg.AssetsDefinition, **config: Any) -> dg.AssetsDefinition:
+def folder_corpus(name: str, source: dg.AssetsDefinition, *, resources: str | ResourceConfig = "cpu",
+                  **config: Any) -> dg.AssetsDefinition:
     """The text files of watched folder `source` as JSONL shards of `{id, text, source}`."""
     folder_step = step_for(source)
     if folder_step.kind != WATCHED_KIND:
@@ -131,6 +133,7 @@ def folder_corpus(name: str, source: dg.AssetsDefinition, **config: Any) -> dg.A
     built = versioned_asset(
         name=name, kind="folder_corpus", config=cfg, run=_run_folder_corpus,
         description=f"The text files under {cfg.folder} as JSONL documents.", kinds=("json",),
+        resources=resources,
     )
     # The folder has no output for versioned_asset to resolve as an input, so the
     # lineage edge is added here, and the registry learns the upstream step.

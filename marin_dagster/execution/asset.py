@@ -140,7 +140,7 @@ def _input_paths(storage: Any, upstream: Mapping[str, Step]) -> dict[str, str]:
             state = record.status.value if record else "missing"
             raise dg.Failure(
                 f"input {role!r} ({up.name}) is {state} at {path}; materialize it first, e.g. "
-                f"`dagster asset materialize -w workspace.yaml --select '+{key.to_user_string()}'`"
+                f"`dagster asset materialize -m marin_dagster.definitions --select '+{key.to_user_string()}'`"
             )
         inputs[role] = path
     return inputs
