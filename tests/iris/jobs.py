@@ -85,6 +85,38 @@ def local_gpu_job() -> dg.JobDefinition:
     ).resolve_job_def("local_gpu_job")
 
 
+# -- max_concurrent: three CPU steps that hold their slot a while -----------------------------
+
+
+def _slot(name: str) -> None:
+    _record("slots", step=name, event="start")
+    time.sleep(3.0)
+    _record("slots", step=name, event="end")
+
+
+@dg.asset(op_tags=CPU)
+def slot_a() -> None:
+    _slot("slot_a")
+
+
+@dg.asset(op_tags=CPU)
+def slot_b() -> None:
+    _slot("slot_b")
+
+
+@dg.asset(op_tags=CPU)
+def slot_c() -> None:
+    _slot("slot_c")
+
+
+def slots_job() -> dg.JobDefinition:
+    return dg.Definitions(
+        assets=[slot_a, slot_b, slot_c],
+        jobs=[dg.define_asset_job("slots_job", selection=["slot_a", "slot_b", "slot_c"])],
+        executor=iris_executor,
+    ).resolve_job_def("slots_job")
+
+
 # -- retries: preempted once, always preempted, raising --------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.iris.inventory import DeviceLeases, LocalInventory
@@ -54,3 +55,21 @@ def test_gpu_steps_take_turns_on_one_device_while_cpu_runs_alongside(instance, i
     leases.release_all()
     waits = [e for e in result.all_events if e.event_type_value == "ENGINE_EVENT" and "waits for" in (e.message or "")]
     assert len(waits) == 1  # the second GPU step waited for the device once
+
+
+def _most_at_once(records: list[dict]) -> int:
+    running = most = 0
+    for r in sorted(records, key=lambda r: (r["t"], r["event"] == "start")):
+        running += 1 if r["event"] == "start" else -1
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.parametrize("max_concurrent", [1, 2])
+def test_cpu_steps_honor_max_concurrent(instance, iris_dir, tmp_path, max_concurrent):
+    result = dg.execute_job(dg.reconstructable(jobs.slots_job), instance=instance,
+                            run_config=execution_config(tmp_path, max_concurrent=max_concurrent))
+    assert result.success
+    records = read_records(iris_dir, "slots")
+    assert len(records) == 6
+    assert _most_at_once(records) == max_concurrent
