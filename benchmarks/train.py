@@ -57,10 +57,9 @@ def write_random_cache(path: str, vocab: int, num_tokens: int) -> str:
 
 def baseline_step_time(model: LlamaConfig, opt: AdamConfig, steps: int, batch: int, seq: int,
                        dtype: str) -> float:
-    """A plain jitted step: value_and_grad + optax.adamw, random batches from numpy."""
-    tx = optax.chain(optax.clip_by_global_norm(opt.max_grad_norm),
-                     optax.adamw(opt.lr_scheduler(steps), b1=opt.beta1, b2=opt.beta2, eps=opt.epsilon,
-                                 weight_decay=opt.weight_decay))
+    """A plain jitted step: value_and_grad + the same optax transformation (clipping, AdamW with
+    the decay mask), random batches from numpy: no data loader, metrics, checkpoints or mesh."""
+    tx = opt.build(steps)
     params = init_params(model, jax.random.PRNGKey(0))
     opt_state = tx.init(params)
     compute = jnp.dtype(dtype)
