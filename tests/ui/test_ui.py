@@ -106,8 +106,11 @@ def _materialize_from_graph(page: Page, base: str, repo: str, shots: str, proc: 
     page.goto(f"{base}/locations/{repo}/asset-groups/{GROUP}/lineage")
     button = page.locator("button", has_text=re.compile(r"^\s*Materialize( all)?\s*$")).first
     button.wait_for()
-    # The experiment's assets, by their readable last key part, never materialized yet.
-    page.get_by_text("shakespeare", exact=True).first.wait_for()
+    # The experiment's assets, by their readable last key part, never materialized yet
+    # (a node shows its status once zoomed in, as a person would).
+    for label in ("shakespeare", "shakespeare-bpe", "nano-shakespeare", "small-shakespeare"):
+        page.get_by_text(label, exact=True).first.wait_for()
+    _zoom_in(page)
     page.get_by_text("Never materialized").first.wait_for()
     assert page.get_by_text(GROUP).first.is_visible()
     shoot(page, shots, "01_asset_graph")
@@ -134,9 +137,18 @@ def _materialize_from_graph(page: Page, base: str, repo: str, shots: str, proc: 
         event = instance.get_latest_materialization_event(dg.AssetKey(CORPUS_KEY))
         documents = event.asset_materialization.metadata["documents"].value
     page.reload()
+    page.get_by_text("small-shakespeare", exact=True).first.wait_for()
+    _zoom_in(page)
     page.get_by_text("Materialized").first.wait_for()
     shoot(page, shots, "03_graph_materialized")
     return documents
+
+
+def _zoom_in(page: Page, clicks: int = 3) -> None:
+    button = page.locator("button:has([aria-label='zoom_in'])").first
+    for _ in range(clicks):
+        button.click()
+        time.sleep(0.3)
 
 
 def _check_asset_page(page: Page, base: str, shots: str, prefix: Any, documents: int) -> None:
