@@ -7,7 +7,7 @@ import os
 from marin_dagster.zephyr import Dataset, ZephyrContext, counters, get_shared
 
 
-def test_user_and_builtin_counters_aggregate(local_ctx: ZephyrContext) -> None:
+def test_user_and_builtin_counters_aggregate(any_ctx: ZephyrContext) -> None:
     def count(items, info):
         n = 0
         for x in items:
@@ -18,7 +18,7 @@ def test_user_and_builtin_counters_aggregate(local_ctx: ZephyrContext) -> None:
         counters.increment("per_shard", n)
 
     ds = Dataset.from_list(list(range(100))).reshard(4).map_shard(count).filter(lambda x: x % 2)
-    result = local_ctx.execute(ds)
+    result = any_ctx.execute(ds)
     c = result.counters
     assert c["seen"] == 100 and c["records_in"] == 100 and c["records_out"] == 50
     s = c.stats("per_shard")

@@ -28,12 +28,12 @@ def _write_jsonl(path, rows) -> None:
 
 
 @pytest.mark.parametrize("ext", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
-def test_jsonl_round_trip(local_ctx: ZephyrContext, tmp_path, ext: str) -> None:
+def test_jsonl_round_trip(any_ctx: ZephyrContext, tmp_path, ext: str) -> None:
     _write_jsonl(tmp_path / f"in{ext}", ROWS)
-    out = local_ctx.execute(Dataset.from_files(str(tmp_path / f"in{ext}")).load_jsonl()
+    out = any_ctx.execute(Dataset.from_files(str(tmp_path / f"in{ext}")).load_jsonl()
                             .write_jsonl(str(tmp_path / f"out/{{basename}}-copy{ext}"))).results
     assert out == [str(tmp_path / f"out/in-copy{ext}")]
-    back = local_ctx.execute(Dataset.from_files(out[0]).load_file()).results
+    back = any_ctx.execute(Dataset.from_files(out[0]).load_file()).results
     assert back == ROWS
 
 
@@ -84,20 +84,20 @@ def test_parquet_type_conflict_names_field(local_ctx: ZephyrContext, tmp_path) -
     assert not os.listdir(tmp_path), "a failed write leaves no file behind"
 
 
-def test_map_batches_and_select(local_ctx: ZephyrContext, tmp_path) -> None:
+def test_map_batches_and_select(any_ctx: ZephyrContext, tmp_path) -> None:
     import pyarrow.compute as pc
 
     pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "in.parquet")
     ds = (Dataset.from_files(str(tmp_path / "*.parquet")).load_parquet()
           .map_batches(lambda b: b.append_column("len", pc.utf8_length(b.column("text"))))
           .write_parquet(str(tmp_path / "out/{basename}.parquet")))
-    out = local_ctx.execute(ds).results
+    out = any_ctx.execute(ds).results
     assert pq.read_table(out[0]).column("len").to_pylist() == [len(r["text"]) for r in ROWS]
     sel = Dataset.from_list(ROWS).select("id").take_per_shard(3)
-    assert local_ctx.execute(sel).results == [{"id": 0}, {"id": 1}, {"id": 2}]
+    assert any_ctx.execute(sel).results == [{"id": 0}, {"id": 1}, {"id": 2}]
 
 
-def test_skip_existing_does_not_touch_or_rerun(local_ctx: ZephyrContext, tmp_path) -> None:
+def test_skip_existing_does_not_touch_or_rerun(any_ctx: ZephyrContext, tmp_path) -> None:
     for i in range(3):
         _write_jsonl(tmp_path / f"in-{i}.jsonl", [{"shard": i}])
     calls = tmp_path / "calls"
@@ -111,7 +111,7 @@ def test_skip_existing_does_not_touch_or_rerun(local_ctx: ZephyrContext, tmp_pat
     out_pattern = str(tmp_path / "out/part-{shard:05d}-of-{total:05d}.jsonl")
     ds = (Dataset.from_files(str(tmp_path / "in-*.jsonl")).load_jsonl().map(record_call)
           .write_jsonl(out_pattern, skip_existing=True))
-    first = local_ctx.execute(ds)
+    first = any_ctx.execute(ds)
     assert len(os.listdir(calls)) == 3 and first.counters["partitions_skipped"] == 0
     # Overwrite shard 1 with marker bytes and remove shard 2: only shard 2 may run again.
     with open(first.results[1], "wb") as f:
@@ -119,7 +119,7 @@ def test_skip_existing_does_not_touch_or_rerun(local_ctx: ZephyrContext, tmp_pat
     os.remove(first.results[2])
     for f in os.listdir(calls):
         os.remove(calls / f)
-    second = local_ctx.execute(ds)
+    second = any_ctx.execute(ds)
     assert second.results == first.results
     assert [f.split("-")[0] for f in os.listdir(calls)] == ["2"]
     assert open(first.results[1], "rb").read() == b"marker bytes\n"
@@ -130,10 +130,10 @@ def test_skip_existing_does_not_touch_or_rerun(local_ctx: ZephyrContext, tmp_pat
     grouped = (Dataset.from_files(str(tmp_path / "in-*.jsonl")).load_jsonl().map(record_call)
                .group_by(lambda r: r["shard"], lambda k, items: {"k": k}, num_output_shards=2)
                .write_jsonl(str(tmp_path / "g/{shard}.jsonl"), skip_existing=True))
-    local_ctx.execute(grouped)
+    any_ctx.execute(grouped)
     for f in os.listdir(calls):
         os.remove(calls / f)
-    third = local_ctx.execute(grouped)
+    third = any_ctx.execute(grouped)
     assert os.listdir(calls) == [] and third.counters["partitions_skipped"] == 2
 
 
