@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
 
 from marin_dagster.zephyr import Dataset, ZephyrContext, counters, get_shared
+from tests.conftest import REPO, subprocess_env
 
 
 def test_user_and_builtin_counters_aggregate(any_ctx: ZephyrContext) -> None:
@@ -63,3 +70,43 @@ def test_progress_events(local_ctx: ZephyrContext) -> None:
     assert [(e.stage_index, e.completed, e.total) for e in events] == [
         (0, 0, 3), (0, 1, 3), (0, 2, 3), (0, 3, 3), (1, 0, 3), (1, 1, 3), (1, 2, 3), (1, 3, 3)]
     assert events[-1].done and "3/3 shards" in str(events[-1])
+
+
+PIPELINE = (
+    "from marin_dagster.zephyr import Dataset, ZephyrContext\n"
+    "ZephyrContext(backend='inline').execute("
+    "Dataset.from_list(list(range(40))).reshard(4).map(lambda x: x + 1))\n"
+)
+
+
+def _stderr_of(on_terminal: bool) -> str:
+    """Run a small pipeline with stderr on a pseudo-terminal (as in a shell) or on a pipe."""
+
+    if not on_terminal:
+        return subprocess.run([sys.executable, "-c", PIPELINE], cwd=REPO, env=subprocess_env(),
+                              capture_output=True, text=True, timeout=120, check=True).stderr
+
+    master, slave = pty.openpty()
+    # A terminal window of 100 columns: on a 0-column pty tqdm draws nothing.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-c", PIPELINE], cwd=REPO, env=subprocess_env(),
+                            stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # the terminal closes when the process exits
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_a_progress_bar_on_a_terminal_and_none_in_a_pipe() -> None:
+    shown = _stderr_of(on_terminal=True)
+    assert "zephyr stage 0" in shown and "/4 [" in shown and "shard/s" in shown, shown
+    assert "shard/s" not in _stderr_of(on_terminal=False)
