@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -231,6 +232,10 @@ class ShardJob:
     options: TokenizeOptions
     dtype: str
     eos_id: int | None
+    # Threads of the tokenizer's Rust pool in this worker (None: all cores). Each local
+    # worker is a process with its own pool; workers x threads above the core count
+    # makes the build slower than one worker.
+    threads: int | None = None
 
 
 def run_shard_job(job: ShardJob) -> ShardResult:
@@ -238,6 +243,9 @@ def run_shard_job(job: ShardJob) -> ShardResult:
     done = _finished_result(job.task, _shard_dirs(job.output_path, job.task, job.options))
     if done is not None:
         return done
+    if job.threads is not None:
+        # Read once, when the process first encodes; a user's own setting wins.
+        os.environ.setdefault("RAYON_NUM_THREADS", str(job.threads))
     tok = _tokenizer_from_json(job.tokenizer_json)
     return tokenize_shard(read_records(job.task.source), job.task.source, job.task.shard_index,
                           job.output_path, tok, job.options, dtype=job.dtype, eos_id=job.eos_id,
@@ -361,7 +369,12 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
     tasks += [ShardTask(f, i, VALIDATION) for i, f in enumerate(val_files)]
     tokenizer_json = tok.to_str()
     eos_for_jobs = eos_id if append_eos else None
-    jobs = [ShardJob(t, output_path, tokenizer_json, options, dt.name, eos_for_jobs) for t in tasks]
+    threads = None
+    if backend == "local" and tasks:
+        cores = os.cpu_count() or 1
+        threads = max(1, cores // max(1, min(max_workers or cores, len(tasks))))
+    jobs = [ShardJob(t, output_path, tokenizer_json, options, dt.name, eos_for_jobs, threads)
+            for t in tasks]
 
     logger.info("tokenizing %d shards into %s (%s backend, max_workers=%s)", len(jobs),
                 output_path, backend, max_workers)
