@@ -10,12 +10,20 @@ looked at). Prints seconds and each tick's share of the 60 s limit.
 
 from __future__ import annotations
 
-import argparse
 import os
-import tempfile
-import time
+import sys
 
-from marin_dagster.sensors import FolderState
+# Run as a script, this folder comes first on sys.path, where the sibling tokenize.py would
+# shadow the standard library's tokenize module: import from the repository root instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from marin_dagster.sensors import FolderState  # noqa: E402
 
 LIMIT_S = 60.0
 
