@@ -57,6 +57,11 @@ def normalize(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
+def basename(path: str) -> str:
+    """The last part of a local path or URL (`gs://b/data/x-1234/` -> `x-1234`)."""
+    return normalize(path).rstrip("/").rsplit("/", 1)[-1]
+
+
 def is_temp_name(path: str) -> bool:
     """True for the leftovers of an interrupted atomic write."""
     return _TEMP_MARK in os.path.basename(path)

@@ -153,7 +153,7 @@ def _other_versions(prefix: str, name: str) -> list[str]:
         return []
     out = []
     for entry in entries:
-        leaf = entry.rstrip("/").rsplit("/", 1)[-1]
+        leaf = fs.basename(entry)
         if leaf.startswith(base + "-") and _VERSION.match(leaf[len(base) + 1 :]):
             out.append(fs.join(parent, leaf))
     return sorted(out)

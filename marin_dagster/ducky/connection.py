@@ -96,8 +96,11 @@ def connect(datasets: Iterable[Dataset], prefix: str) -> duckdb.DuckDBPyConnecti
 
 def lock_down(con: duckdb.DuckDBPyConnection, prefix: str) -> None:
     """No file access outside `prefix`, no extensions, no configuration changes from here on."""
-    root = fs.normalize(prefix).rstrip("/") + "/"
-    con.execute(f"SET allowed_directories = [{quote_str(root)}]")
+    roots = {fs.normalize(prefix).rstrip("/") + "/"}
+    if not fs.is_local(prefix):  # fsspec's own spelling too: memory://x is memory:///x to it
+        fsys, fs_path = fs.url_to_fs(prefix)
+        roots.add(fsys.unstrip_protocol(fs_path).rstrip("/") + "/")
+    con.execute(f"SET allowed_directories = [{', '.join(quote_str(r) for r in sorted(roots))}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET autoinstall_known_extensions = false")

@@ -64,7 +64,7 @@ def _clear(output_path: str) -> None:
     if not fsys.exists(root):
         return
     for entry in fsys.ls(root, detail=False):
-        if entry.rstrip("/").rsplit("/", 1)[-1] != LOCK_FILE:
+        if fs.basename(entry) != LOCK_FILE:
             fsys.rm(entry, recursive=True)
 
 

@@ -35,8 +35,7 @@ class TrainInputError(ValueError):
 def _sub_seed(seed: int, path: str) -> int:
     """A dataset's own seed. It keys on the cache's folder name ({name}-{version}), not the
     whole path, so the same run under another prefix (./data, gs://...) reads the same batches."""
-    name = fs.normalize(path).rstrip("/").rsplit("/", 1)[-1]
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    digest = hashlib.sha256(f"{seed}:{fs.basename(path)}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
 
 

@@ -69,7 +69,7 @@ def evaluate(checkpoint_path: str, datasets: Mapping[str, str] | Sequence[str], 
     or `bytes_per_token[name]`; it is None when neither is known.
     """
     if not isinstance(datasets, Mapping):
-        datasets = {fs.normalize(p).rstrip("/").rsplit("/", 1)[-1]: p for p in datasets}
+        datasets = {fs.basename(p): p for p in datasets}
     if not datasets:
         raise TrainInputError("datasets: no evaluation dataset given")
     config, params = load_model(checkpoint_path)

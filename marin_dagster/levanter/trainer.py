@@ -283,7 +283,7 @@ def default_validation(config: TrainLmConfig) -> dict[str, str]:
     """Each training dataset's validation split, named by its cache folder."""
     named: dict[str, str] = {}
     for path in config.datasets:
-        base = fs.normalize(path).rstrip("/").rsplit("/", 1)[-1]
+        base = fs.basename(path)
         named[base if base not in named else f"{base}-{len(named)}"] = path
     return with_split(named, config.validation_split)
 
