@@ -247,6 +247,10 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma list of: datatrove,io,zephyr,batches,groupby")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    if "datatrove" not in skip and not os.path.exists(args.datatrove_python):
+        print(f"no datatrove environment at {args.datatrove_python} (make one with: python -m venv "
+              "/tmp/bench-venv && /tmp/bench-venv/bin/pip install datatrove orjson); skipping it")
+        skip.add("datatrove")
     work = args.work
     data = os.path.join(work, "data")
     files = sorted(glob.glob(os.path.join(data, "part-*.jsonl")))
