@@ -50,6 +50,7 @@ from marin_dagster.zephyr.plan import (
     WriteSink,
     wants_batches,
 )
+from marin_dagster.zephyr.prefetch import prefetch
 from marin_dagster.zephyr.readers import Cursor, iter_file_batches, iter_file_records
 from marin_dagster.zephyr.shuffle import (
     ScatterSpec,
@@ -267,6 +268,8 @@ def build_stream(task: Task, cursor: Cursor) -> tuple[Iterator[Any], bool, _Coun
     batches = wants_batches(task.ops, task.sink) and isinstance(task.input, FileInput)
     stream, batches = _source(task.input, batches, cursor, os.path.join(task.scratch, "merge"),
                               task.memory_budget)
+    if batches:
+        stream = prefetch(stream)
     counted = None
     if task.count_records_in:
         counted = _Counted(stream, batches)
@@ -305,7 +308,9 @@ def _run_sink(task: Task, stream: Iterator[Any], batches: bool, builtin: dict[st
     sink = task.sink
     out = _Counted(stream, batches)
     if isinstance(sink, WriteSink):
-        result = write_shard(sink.op.writer_type, task.output_path, iter(out), batches,
+        # Batches: the stage's operations run a batch ahead of the writer, in a thread.
+        result = write_shard(sink.op.writer_type, task.output_path,
+                             prefetch(iter(out)) if batches else iter(out), batches,
                              sink.op.schema)
         builtin["records_written"] = result.records
         builtin["bytes_written"] = result.bytes
