@@ -25,7 +25,7 @@ import numpy as np
 _WS_RUN = re.compile(r"\s+")
 _NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]")
 _BMP = 0x10000
-_KEEP, _SPACE, _DROP = 0, 1, 2
+_KEEP, _SPACE, _DROP, _SEP = 0, 1, 2, 3
 
 
 def normalize_for_exact(text: str) -> str:
@@ -99,35 +99,40 @@ def batch_codepoints_for_shingles(texts: list[str]) -> tuple[np.ndarray, np.ndar
     """`codepoints_for_shingles` of many texts at once: `(code points, offsets)`.
 
     Text i is `cps[offsets[i]:offsets[i + 1]]`. One pass of numpy over the
-    concatenation instead of a dozen small calls per text (short documents
-    spend most of their time in per-call overhead otherwise).
+    texts joined by a separator (short documents spend most of their time in
+    per-call overhead otherwise); the separators are found by position, not
+    by value, so any character may appear in a text.
     """
     lowered = [t.lower() for t in texts]
+    if not texts:
+        return np.zeros(0, np.uint32), np.zeros(1, np.int64)
     lengths = np.fromiter((len(t) for t in lowered), dtype=np.int64, count=len(lowered))
-    cps = np.frombuffer("".join(lowered).encode("utf-32-le"), dtype="<u4")
-    doc = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
-    if len(cps) == 0:
-        return np.zeros(0, np.uint32), np.zeros(len(texts) + 1, np.int64)
+    cps = np.frombuffer("\x00".join(lowered).encode("utf-32-le"), dtype="<u4")
     table = _bmp_classes()
-    classes = np.empty(len(cps), dtype=np.uint8)
-    bmp = cps < _BMP
-    classes[bmp] = table[cps[bmp]]
-    if not bmp.all():
-        astral = ~bmp
-        classes[astral] = [_classify(int(c)) for c in cps[astral]]
+    if len(cps) and int(cps.max()) < _BMP:
+        classes = table[cps]
+    else:
+        classes = np.empty(len(cps), dtype=np.uint8)
+        bmp = cps < _BMP
+        classes[bmp] = table[cps[bmp]]
+        classes[~bmp] = [_classify(int(c)) for c in cps[~bmp]]
+    classes[np.cumsum(lengths[:-1] + 1) - 1] = _SEP
     kept = classes != _DROP
-    cps, doc = cps[kept], doc[kept]
-    is_space = classes[kept] == _SPACE
-    # A space survives only after a non-space of the same text, and not last in it.
-    prev_space = np.ones_like(is_space)
-    prev_space[1:] = is_space[:-1] | (doc[1:] != doc[:-1])
-    keep = ~(is_space & prev_space)
-    cps, doc, is_space = cps[keep], doc[keep], is_space[keep]
-    last_of_doc = np.ones(len(doc), dtype=bool)
-    last_of_doc[:-1] = doc[1:] != doc[:-1]
-    keep = ~(is_space & last_of_doc)
-    cps = np.where(is_space[keep], np.uint32(32), cps[keep]).astype(np.uint32, copy=False)
-    doc = doc[keep]
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum(np.bincount(doc, minlength=len(texts)))
-    return cps, offsets
+    cps, classes = cps[kept], classes[kept]
+    # A space survives only right after a word character of its text, and not
+    # right before the text's end: runs collapse to one, ends are stripped.
+    is_space = classes == _SPACE
+    keep = ~is_space
+    keep[1:] = ~is_space[1:] | (classes[:-1] == _KEEP)
+    cps, classes, is_space = cps[keep], classes[keep], is_space[keep]
+    at_end = np.ones(len(cps), dtype=bool)
+    at_end[:-1] = classes[1:] == _SEP
+    keep = ~(is_space & at_end)
+    cps, classes, is_space = cps[keep], classes[keep], is_space[keep]
+    seps = np.flatnonzero(classes == _SEP)
+    offsets = np.empty(len(texts) + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1:-1] = seps - np.arange(len(seps))
+    offsets[-1] = len(cps) - len(seps)
+    out = np.where(is_space, np.uint32(32), cps)[classes != _SEP]
+    return out.astype(np.uint32, copy=False), offsets

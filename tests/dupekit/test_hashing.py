@@ -23,6 +23,7 @@ from marin_dagster.dupekit.shingles import (
     shingle_strings,
 )
 from marin_dagster.dupekit.text import (
+    batch_codepoints_for_shingles,
     codepoints_for_shingles,
     normalize_for_exact,
     normalize_for_shingles,
@@ -69,6 +70,16 @@ def test_segments_equal_scalar_hash(text: str, data: st.DataObject):
 @given(text=TEXT)
 def test_numpy_normalization_equals_regex(text: str):
     assert codepoints_for_shingles(text).tobytes().decode("utf-32-le") == normalize_for_shingles(text)
+
+
+@settings(max_examples=50, deadline=None)
+@given(texts=st.lists(st.one_of(TEXT, st.sampled_from(["", " ", "\x00", "a\x00 b", " x ", "𝄞 y"])),
+                      max_size=8))
+def test_batch_normalization_equals_one_text_at_a_time(texts: list[str]):
+    cps, offsets = batch_codepoints_for_shingles(texts)
+    assert len(offsets) == len(texts) + 1
+    got = [cps[offsets[i]: offsets[i + 1]].tobytes() for i in range(len(texts))]
+    assert got == [codepoints_for_shingles(t).tobytes() for t in texts]
 
 
 def test_normalization_on_shakespeare(shakespeare_docs):
