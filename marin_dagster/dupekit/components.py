@@ -28,12 +28,12 @@ logger = logging.getLogger(__name__)
 CHANGED_COUNTER = "dedup/fuzzy/cc_changed"
 
 
-def source_of(link: tuple[str, str]) -> str:
-    return link[0]
+def source_of(links: tuple[str, list[str]]) -> str:
+    return links[0]
 
 
-def build_node(node: str, links: Iterator[tuple[str, str]]) -> Iterator[dict]:
-    adjacency = sorted({dest for _src, dest in links})
+def build_node(node: str, links: Iterator[tuple[str, list[str]]]) -> Iterator[dict]:
+    adjacency = sorted({dest for _src, dests in links for dest in dests})
     counters.increment("dedup/fuzzy/cc_nodes")
     yield {"node": node, "adj": adjacency, "label": min(node, adjacency[0]), "changed": True}
 
@@ -81,7 +81,8 @@ def connected_components(links: Dataset, ctx: Any, work_dir: str, num_shards: in
                          max_iterations: int = 64) -> ComponentsResult:
     """Labels every linked node with its component's smallest node key.
 
-    `links` yields `(a, b)` node-key pairs (both directions). Returns the glob
+    `links` yields `(node, [neighbours])` adjacency fragments, each edge in both
+    directions (a node may come in several fragments). Returns the glob
     of the final node files (records `{node, adj, label, changed}`).
     """
     pattern = "part-{shard:05d}-of-{total:05d}.jsonl.gz"

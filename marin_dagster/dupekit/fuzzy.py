@@ -169,83 +169,123 @@ def partition_of(record: tuple) -> int:
 
 @dataclass(frozen=True)
 class BucketLinks:
-    """Reducer over one bucket partition: the documents of each bucket linked, both directions.
+    """Reducer over one bucket partition: `(node, [neighbours])` for each linked document.
 
     Without verification a bucket is a star around its smallest node key;
-    with it, a spanning forest of its pairs whose estimated Jaccard reaches
-    the threshold (every link a verified pair).
+    with it, a spanning forest of the pairs sharing a bucket whose estimated
+    Jaccard reaches the threshold (every link a verified pair). Verification
+    is vectorized over the whole partition: pairs are compared in blocks, and
+    the forest is scipy's minimum spanning tree, weighted to prefer links to
+    each component's smallest node, then the most similar pairs.
     """
 
     verify: bool
     threshold: float
     num_perm: int
 
-    def __call__(self, partition: int, records: Iterator[tuple]) -> Iterator[tuple[str, str]]:
+    def __call__(self, partition: int, records: Iterator[tuple]) -> Iterator[tuple[str, list[str]]]:
         parts = list(records)
         buckets = np.concatenate([r[1] for r in parts])
         keys = [k for r in parts for k in r[2]]
-        sigs = np.concatenate([r[3] for r in parts]) if self.verify else None
+        if self.verify:
+            sigs = np.concatenate([r[3] for r in parts])
+            edges = self._verified_links(buckets, keys, sigs)
+        else:
+            edges = self._stars(buckets, keys)
+        # One record per node and partition (its neighbours here), not one per edge end:
+        # the components' shuffle then moves about half as many records.
+        adjacency: dict[str, list[str]] = {}
+        for a, b in edges:
+            adjacency.setdefault(a, []).append(b)
+            adjacency.setdefault(b, []).append(a)
+        for node in sorted(adjacency):
+            yield node, adjacency[node]
+
+    @staticmethod
+    def _stars(buckets: np.ndarray, keys: list[str]) -> Iterator[tuple[str, str]]:
         order = np.argsort(buckets, kind="stable")
         sorted_buckets = buckets[order]
         starts = np.flatnonzero(np.concatenate([[True], sorted_buckets[1:] != sorted_buckets[:-1]]))
         ends = np.concatenate([starts[1:], [len(order)]])
         for start, end in zip(starts[ends - starts > 1], ends[ends - starts > 1], strict=True):
-            members: dict[str, np.ndarray | None] = {}
-            for i in order[start:end]:
-                members.setdefault(keys[i], sigs[i] if sigs is not None else None)
+            members = sorted({keys[i] for i in order[start:end]})
             if len(members) < 2:
                 continue
             counters.increment("dedup/fuzzy/candidate_buckets")
-            edges = self._verified_edges(members) if self.verify else self._star(sorted(members))
-            for a, b in edges:
-                yield a, b
-                yield b, a
+            for key in members[1:]:
+                yield members[0], key
 
-    @staticmethod
-    def _star(keys: list[str]) -> Iterator[tuple[str, str]]:
-        for key in keys[1:]:
-            yield key, keys[0]
+    def _verified_links(self, buckets: np.ndarray, keys: list[str],
+                        sigs: np.ndarray) -> Iterator[tuple[str, str]]:
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 
-    def _verified_edges(self, members: dict[str, np.ndarray | None]) -> Iterator[tuple[str, str]]:
-        """A spanning forest of the bucket's pairs with estimated Jaccard >= threshold.
-
-        Every edge is itself a verified pair, and the forest connects exactly
-        what the verified pairs connect, with at most one edge per document.
-        """
-        # Identical signatures agree everywhere: verify each distinct one once.
-        by_sig: dict[bytes, list[str]] = {}
-        rows: dict[bytes, np.ndarray] = {}
-        for key in sorted(members):
-            sig = members[key]
-            if sig is None:
-                raise ValueError("verification needs signatures in the bucket records")
-            raw = sig.tobytes()
-            by_sig.setdefault(raw, []).append(key)
-            rows.setdefault(raw, sig)
-        distinct = list(by_sig)
-        for keys in by_sig.values():
-            yield from self._star(keys)
-        if len(distinct) < 2:
-            return
-        sigs = np.stack([rows[p] for p in distinct])
-        n = len(distinct)
-        parent = list(range(n))
-
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
+        # Nodes numbered by sorted key, entries sorted by (bucket, node): the same
+        # forest whatever order the partition's records arrived in.
+        names, node = np.unique(np.array(keys, dtype=object), return_inverse=True)
+        order = np.lexsort((node, buckets))
+        buckets, node, sigs = buckets[order], node[order], sigs[order]
+        fresh = np.concatenate([[True], (buckets[1:] != buckets[:-1]) | (node[1:] != node[:-1])])
+        buckets, node, sigs = buckets[fresh], node[fresh], sigs[fresh]
+        starts = np.flatnonzero(np.concatenate([[True], buckets[1:] != buckets[:-1]]))
+        sizes = np.diff(np.concatenate([starts, [len(buckets)]]))
+        counters.increment("dedup/fuzzy/candidate_buckets", int(np.count_nonzero(sizes > 1)))
         need = int(np.ceil(self.threshold * self.num_perm - 1e-9))
-        verified = 0
-        for i in range(n - 1):
-            agree = np.count_nonzero(sigs[i + 1:] == sigs[i], axis=1)
-            counters.increment("dedup/fuzzy/verified_pairs", n - 1 - i)
-            for j in np.flatnonzero(agree >= need):
-                a, b = find(i), find(i + 1 + int(j))
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-                    verified += 1
-                    yield by_sig[distinct[i]][0], by_sig[distinct[i + 1 + int(j)]][0]
-        counters.increment("dedup/fuzzy/rejected_pairs", n - 1 - verified)
+        us, vs, ws = [], [], []
+        compared = 0
+        for a, b in _pairs_within(starts, sizes):
+            agree = np.count_nonzero(sigs[a] == sigs[b], axis=1)
+            compared += len(a)
+            ok = agree >= need
+            us.append(node[a[ok]])
+            vs.append(node[b[ok]])
+            ws.append(1 + self.num_perm - agree[ok])
+        counters.increment("dedup/fuzzy/verified_pairs", compared)
+        if not us:
+            return
+        u, v, w = np.concatenate(us), np.concatenate(vs), np.concatenate(ws)
+        counters.increment("dedup/fuzzy/rejected_pairs", compared - len(u))
+        if not len(u):
+            return
+        # A pair met in several buckets is one edge, at its (equal) weight.
+        lo, hi = np.minimum(u, v), np.maximum(u, v)
+        edge, first = np.unique(lo * len(names) + hi, return_index=True)
+        lo, hi, w = lo[first], hi[first], w[first]
+        shape = (len(names), len(names))
+        # Labels propagate as the smallest key: a forest that is a star around each
+        # component's smallest node (as far as verified pairs allow) settles in one round.
+        _n, comp = connected_components(coo_matrix((w, (lo, hi)), shape=shape), directed=False)
+        _c, root = np.unique(comp, return_index=True)
+        w = np.where(lo == root[comp[lo]], 1, 1 + w)
+        forest = minimum_spanning_tree(coo_matrix((w.astype(np.float64), (lo, hi)),
+                                                  shape=shape).tocsr()).tocoo()
+        for i, j in zip(forest.row.tolist(), forest.col.tolist(), strict=True):
+            yield names[i], names[j]
+
+
+PAIR_BLOCK = 1 << 16
+
+
+def _pairs_within(starts: np.ndarray, sizes: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Every pair of positions inside each group, in blocks of about PAIR_BLOCK pairs.
+
+    Groups of one size share one triangle of offsets; a group too large for a
+    block is cut by rows, so memory stays bounded whatever the bucket sizes.
+    """
+    for size in np.unique(sizes[sizes > 1]):
+        size = int(size)
+        group_starts = starts[sizes == size]
+        per_group = size * (size - 1) // 2
+        if per_group <= PAIR_BLOCK:
+            iu, ju = np.triu_indices(size, 1)
+            step = max(1, PAIR_BLOCK // per_group)
+            for k in range(0, len(group_starts), step):
+                base = group_starts[k: k + step, None]
+                yield (base + iu).reshape(-1), (base + ju).reshape(-1)
+            continue
+        for base in group_starts.tolist():
+            rows = max(1, PAIR_BLOCK // size)
+            for r0 in range(0, size - 1, rows):
+                a = np.concatenate([np.full(size - 1 - r, base + r) for r in range(r0, min(size - 1, r0 + rows))])
+                b = np.concatenate([np.arange(base + r + 1, base + size) for r in range(r0, min(size - 1, r0 + rows))])
+                yield a, b

@@ -42,7 +42,7 @@ def _labels(result) -> dict[str, str]:
 
 
 def _links(edges: list[tuple[str, str]]) -> Dataset:
-    return Dataset.from_list([p for a, b in edges for p in ((a, b), (b, a))])
+    return Dataset.from_list([p for a, b in edges for p in ((a, [b]), (b, [a]))])
 
 
 def _graph(seed: int) -> list[tuple[str, str]]:
