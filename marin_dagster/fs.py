@@ -130,9 +130,10 @@ def write_json(path: str, obj: Any) -> None:
 
 
 def read_bytes(path: str) -> bytes:
+    # One whole-object GET: open() + read() on gcsfs asks for the size first and
+    # then a byte range, which tears when the object is replaced in between.
     fs, p = url_to_fs(path)
-    with fs.open(p, "rb") as f:
-        return f.read()
+    return fs.cat_file(p)
 
 
 def read_json(path: str) -> Any:

@@ -78,14 +78,17 @@ class Lease:
 
     # -- reading -----------------------------------------------------------
     def read(self) -> dict[str, Any] | None:
-        try:
-            return fs.read_json(self.path)
-        except FileNotFoundError:
-            return None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            # A torn lock file can only come from a crashed writer on a store
-            # without atomic writes: treat it as stale.
-            return {"heartbeat_at": 0}
+        for attempt in range(3):
+            try:
+                return fs.read_json(self.path)
+            except FileNotFoundError:
+                return None
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                # Read again before judging: a live holder may be rewriting it.
+                time.sleep(self.settings.poll_s * (attempt + 1))
+        # Torn on every read: a writer crashed mid-write on a store without
+        # atomic writes, so the lease is stale.
+        return {"heartbeat_at": 0}
 
     def is_stale(self, lock: dict[str, Any]) -> bool:
         if time.time() - float(lock.get("heartbeat_at", 0)) > self.settings.stale_after_s:

@@ -96,3 +96,34 @@ def test_a_taken_over_lease_is_noticed(prefix):
         lease.check()
     lease.release()
     assert fs.read_json(fs.join(out, LOCK_FILE))["token"] == "thief", "release leaves others' leases"
+
+
+def test_a_lease_read_while_its_holder_rewrites_it_is_never_torn(prefix):
+    """The heartbeat replaces the lock object; a reader that asked for its size and
+    then a byte range saw half of one version and half of another on gs://, took
+    it for a crashed writer's torn file, and broke a live lease."""
+    import threading
+
+    path = fs.join(prefix, "step-1234", LOCK_FILE)
+    fs.write_bytes(path, b"{}")
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            fs.write_bytes(path, json.dumps({"pad": "x" * (i % 50), "i": i}).encode())
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        torn = 0
+        for _ in range(300):
+            try:
+                json.loads(fs.read_bytes(path))
+            except ValueError:
+                torn += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert torn == 0
