@@ -9,6 +9,7 @@ bytes until the driver closes the socket.
 from __future__ import annotations
 
 import multiprocessing.connection
+import os
 import signal
 import socket
 import sys
@@ -31,6 +32,11 @@ def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     conn = multiprocessing.connection.Connection(sock.detach())
     serve(conn)
+    # Every task is answered and every output closed: skip the interpreter's teardown
+    # (unloading Arrow, JAX), which costs the driver's shutdown ~0.1 s per worker.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
