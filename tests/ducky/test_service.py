@@ -136,12 +136,17 @@ FORBIDDEN = [
 ]
 
 
+SECRET = 8_675_309_271_828
+
+
 def test_every_forbidden_statement_is_refused_and_nothing_changes(served, tmp_path):
     url, service, prefix = served
     outside = tmp_path / "outside"
     outside.mkdir()
-    (outside / "secret.csv").write_text("secret\n42\n")
-    (tmp_path / "secret.jsonl").write_text('{"secret": 42}\n')
+    # The secret must be a value no path or message could hold by chance
+    # (pytest's tmp folders are numbered: pytest-42 once failed CI).
+    (outside / "secret.csv").write_text(f"secret\n{SECRET}\n")
+    (tmp_path / "secret.jsonl").write_text(f'{{"secret": {SECRET}}}\n')
     before_prefix, before_outside = tree_state(prefix), tree_state(str(outside))
     _, before = post(url, 'SELECT id, text FROM "raw/corpus" ORDER BY id', limit=10)
 
@@ -150,7 +155,7 @@ def test_every_forbidden_statement_is_refused_and_nothing_changes(served, tmp_pa
         code, body = post(url, sql)
         assert code in (400, 403), (sql, code, body)
         assert "error" in body and "secret" not in json.dumps(body.get("rows", [])), sql
-        assert "42" not in body["error"], (sql, body)
+        assert str(SECRET) not in body["error"], (sql, body)
         # Statements that parse are refused for what they are, not by accident.
         if not template.startswith("SELECT * FROM query("):
             assert code == 403, (sql, body)
