@@ -23,6 +23,16 @@ GPU1 = ResourceConfig.parse("gpu:1").to_op_tags()
 CPU = ResourceConfig.parse("cpu").to_op_tags()
 
 
+def _iris_job(name: str, assets: list[dg.AssetsDefinition]) -> dg.JobDefinition:
+    """A job of these assets on the Iris executor (each job below is a module-level
+    function, as `reconstructable` needs)."""
+    return dg.Definitions(
+        assets=assets,
+        jobs=[dg.define_asset_job(name, selection=assets)],
+        executor=iris_executor,
+    ).resolve_job_def(name)
+
+
 def _dir() -> str:
     return os.environ["IRIS_TEST_DIR"]
 
@@ -78,11 +88,7 @@ def gpu_b() -> dg.MaterializeResult:
 
 
 def local_gpu_job() -> dg.JobDefinition:
-    return dg.Definitions(
-        assets=[cpu_side, gpu_a, gpu_b],
-        jobs=[dg.define_asset_job("local_gpu_job", selection=["cpu_side", "gpu_a", "gpu_b"])],
-        executor=iris_executor,
-    ).resolve_job_def("local_gpu_job")
+    return _iris_job("local_gpu_job", [cpu_side, gpu_a, gpu_b])
 
 
 # -- max_concurrent: three CPU steps that hold their slot a while -----------------------------
@@ -110,11 +116,7 @@ def slot_c() -> None:
 
 
 def slots_job() -> dg.JobDefinition:
-    return dg.Definitions(
-        assets=[slot_a, slot_b, slot_c],
-        jobs=[dg.define_asset_job("slots_job", selection=["slot_a", "slot_b", "slot_c"])],
-        executor=iris_executor,
-    ).resolve_job_def("slots_job")
+    return _iris_job("slots_job", [slot_a, slot_b, slot_c])
 
 
 # -- retries: preempted once, always preempted, raising --------------------------------------
@@ -146,11 +148,7 @@ def raises() -> None:
 
 
 def retry_job() -> dg.JobDefinition:
-    return dg.Definitions(
-        assets=[preempted_once, always_preempted, raises],
-        jobs=[dg.define_asset_job("retry_job", selection=["preempted_once", "always_preempted", "raises"])],
-        executor=iris_executor,
-    ).resolve_job_def("retry_job")
+    return _iris_job("retry_job", [preempted_once, always_preempted, raises])
 
 
 # -- termination: long steps that spawn children ----------------------------------------------
@@ -173,11 +171,7 @@ def long_gpu() -> None:
 
 
 def long_job() -> dg.JobDefinition:
-    return dg.Definitions(
-        assets=[long_cpu, long_gpu],
-        jobs=[dg.define_asset_job("long_job", selection=["long_cpu", "long_gpu"])],
-        executor=iris_executor,
-    ).resolve_job_def("long_job")
+    return _iris_job("long_job", [long_cpu, long_gpu])
 
 
 # -- impossible and unreadable requests ---------------------------------------------------------
@@ -194,19 +188,11 @@ def bad_tag() -> None:
 
 
 def impossible_job() -> dg.JobDefinition:
-    return dg.Definitions(
-        assets=[cpu_side, two_gpus],
-        jobs=[dg.define_asset_job("impossible_job", selection=["cpu_side", "two_gpus"])],
-        executor=iris_executor,
-    ).resolve_job_def("impossible_job")
+    return _iris_job("impossible_job", [cpu_side, two_gpus])
 
 
 def bad_tag_job() -> dg.JobDefinition:
-    return dg.Definitions(
-        assets=[bad_tag],
-        jobs=[dg.define_asset_job("bad_tag_job", selection=["bad_tag"])],
-        executor=iris_executor,
-    ).resolve_job_def("bad_tag_job")
+    return _iris_job("bad_tag_job", [bad_tag])
 
 
 # -- Kubernetes: one GPU and one TPU step (rendered and launched against a fake API) ----------
@@ -223,8 +209,4 @@ def train_tpu() -> None:
 
 
 def k8s_job() -> dg.JobDefinition:
-    return dg.Definitions(
-        assets=[train_gpu, train_tpu],
-        jobs=[dg.define_asset_job("k8s_job", selection=["train_gpu", "train_tpu"])],
-        executor=iris_executor,
-    ).resolve_job_def("k8s_job")
+    return _iris_job("k8s_job", [train_gpu, train_tpu])
