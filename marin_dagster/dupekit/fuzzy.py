@@ -7,7 +7,11 @@ bucket partition. Bucket stage (Zephyr group_by on the partition): the
 entries of a partition sorted by bucket key, and the documents of each
 bucket linked to its smallest node key (a star, so one label propagation
 round settles a bucket), optionally only where their estimated Jaccard
-similarity reaches the threshold.
+similarity reaches the threshold. With verification, a pair whose estimate
+is within `verify_margin` above the threshold is only a *doubtful* link: the
+exact check stage (`ShingleSets`, `ExactJaccard`) rereads both documents and
+keeps the link only if the Jaccard similarity of their shingle hash sets
+reaches the threshold.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pyarrow.parquet as pq
 from marin_dagster import fs
 from marin_dagster.dupekit.lsh import LSHParams, band_hashes
 from marin_dagster.dupekit.minhash import MinHasher
-from marin_dagster.dupekit.records import SourceDoc, SourceFile, iter_docs
+from marin_dagster.dupekit.records import SourceDoc, SourceFile, iter_docs, key_position
 from marin_dagster.dupekit.shingles import ShingleConfig, batch_shingle_hashes
 from marin_dagster.zephyr import counters
 
@@ -160,7 +164,7 @@ class BandRecords:
                 continue
             docs = doc_of[idx]
             yield (p, flat[idx], [keys[d] for d in docs],
-                   sigs[docs] if self.settings.verify else None)
+                   sigs[docs].astype(np.uint16) if self.settings.verify else None)
 
 
 def partition_of(record: tuple) -> int:
@@ -171,35 +175,45 @@ def partition_of(record: tuple) -> int:
 class BucketLinks:
     """Reducer over one bucket partition: `(node, [neighbours])` for each linked document.
 
-    Without verification a bucket is a star around its smallest node key;
-    with it, a spanning forest of the pairs sharing a bucket whose estimated
-    Jaccard reaches the threshold (every link a verified pair). Verification
-    is vectorized over the whole partition: pairs are compared in blocks, and
-    the forest is scipy's minimum spanning tree, weighted to prefer links to
+    One record per node and partition, not per edge end: the components'
+    shuffle then moves about half as many records. Without verification a
+    bucket is a star around its smallest node key. With it, the links are a
+    spanning forest of the pairs sharing a bucket whose estimated Jaccard
+    reaches the threshold, and a record is `(node, [sure neighbours],
+    [doubtful neighbours])`: sure when the estimate clears `threshold +
+    verify_margin`, doubtful below that (the exact check decides).
+    Verification is vectorized over the whole partition: pairs are compared
+    in blocks, and the forest is scipy's minimum spanning tree, weighted to
+    use sure pairs wherever they connect the same documents, then links to
     each component's smallest node, then the most similar pairs.
     """
 
     verify: bool
     threshold: float
     num_perm: int
+    verify_margin: float = 0.0
 
-    def __call__(self, partition: int, records: Iterator[tuple]) -> Iterator[tuple[str, list[str]]]:
+    def __call__(self, partition: int, records: Iterator[tuple]) -> Iterator[tuple]:
         parts = list(records)
         buckets = np.concatenate([r[1] for r in parts])
         keys = [k for r in parts for k in r[2]]
-        if self.verify:
-            sigs = np.concatenate([r[3] for r in parts])
-            edges = self._verified_links(buckets, keys, sigs)
-        else:
-            edges = self._stars(buckets, keys)
-        # One record per node and partition (its neighbours here), not one per edge end:
-        # the components' shuffle then moves about half as many records.
-        adjacency: dict[str, list[str]] = {}
-        for a, b in edges:
-            adjacency.setdefault(a, []).append(b)
-            adjacency.setdefault(b, []).append(a)
-        for node in sorted(adjacency):
-            yield node, adjacency[node]
+        if not self.verify:
+            adjacency: dict[str, list[str]] = {}
+            for a, b in self._stars(buckets, keys):
+                adjacency.setdefault(a, []).append(b)
+                adjacency.setdefault(b, []).append(a)
+            for node in sorted(adjacency):
+                yield node, adjacency[node]
+            return
+        sure: dict[str, list[str]] = {}
+        doubtful: dict[str, list[str]] = {}
+        for a, b, is_sure in self._verified_links(buckets, keys,
+                                                  np.concatenate([r[3] for r in parts])):
+            ends = sure if is_sure else doubtful
+            ends.setdefault(a, []).append(b)
+            ends.setdefault(b, []).append(a)
+        for node in sorted(sure.keys() | doubtful.keys()):
+            yield node, sure.get(node, []), doubtful.get(node, [])
 
     @staticmethod
     def _stars(buckets: np.ndarray, keys: list[str]) -> Iterator[tuple[str, str]]:
@@ -216,7 +230,7 @@ class BucketLinks:
                 yield members[0], key
 
     def _verified_links(self, buckets: np.ndarray, keys: list[str],
-                        sigs: np.ndarray) -> Iterator[tuple[str, str]]:
+                        sigs: np.ndarray) -> Iterator[tuple[str, str, bool]]:
         from scipy.sparse import coo_matrix
         from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 
@@ -230,8 +244,9 @@ class BucketLinks:
         starts = np.flatnonzero(np.concatenate([[True], buckets[1:] != buckets[:-1]]))
         sizes = np.diff(np.concatenate([starts, [len(buckets)]]))
         counters.increment("dedup/fuzzy/candidate_buckets", int(np.count_nonzero(sizes > 1)))
-        need = int(np.ceil(self.threshold * self.num_perm - 1e-9))
-        us, vs, ws = [], [], []
+        need = agreement_needed(self.threshold, self.num_perm)
+        sure = agreement_needed(self.threshold + self.verify_margin, self.num_perm)  # > num_perm: none
+        us, vs, agrees = [], [], []
         compared = 0
         for a, b in _pairs_within(starts, sizes):
             agree = np.count_nonzero(sigs[a] == sigs[b], axis=1)
@@ -239,28 +254,115 @@ class BucketLinks:
             ok = agree >= need
             us.append(node[a[ok]])
             vs.append(node[b[ok]])
-            ws.append(1 + self.num_perm - agree[ok])
+            agrees.append(agree[ok])
         counters.increment("dedup/fuzzy/verified_pairs", compared)
         if not us:
             return
-        u, v, w = np.concatenate(us), np.concatenate(vs), np.concatenate(ws)
+        u, v, agree = np.concatenate(us), np.concatenate(vs), np.concatenate(agrees)
         counters.increment("dedup/fuzzy/rejected_pairs", compared - len(u))
         if not len(u):
             return
-        # A pair met in several buckets is one edge, at its (equal) weight.
+        # A pair met in several buckets is one edge, at its (equal) agreement.
         lo, hi = np.minimum(u, v), np.maximum(u, v)
         edge, first = np.unique(lo * len(names) + hi, return_index=True)
-        lo, hi, w = lo[first], hi[first], w[first]
+        lo, hi, agree = lo[first], hi[first], agree[first]
         shape = (len(names), len(names))
         # Labels propagate as the smallest key: a forest that is a star around each
-        # component's smallest node (as far as verified pairs allow) settles in one round.
-        _n, comp = connected_components(coo_matrix((w, (lo, hi)), shape=shape), directed=False)
+        # component's smallest node (as far as the pairs allow) settles in one round.
+        # A doubtful pair costs more than any sure one, so it enters the forest only
+        # where no sure path connects its ends, and few pairs go to the exact check.
+        _n, comp = connected_components(coo_matrix((agree, (lo, hi)), shape=shape), directed=False)
         _c, root = np.unique(comp, return_index=True)
-        w = np.where(lo == root[comp[lo]], 1, 1 + w)
+        w = np.where(lo == root[comp[lo]], 1, 2 + self.num_perm - agree)
+        w = w + np.where(agree >= sure, 0, self.num_perm + 2)
         forest = minimum_spanning_tree(coo_matrix((w.astype(np.float64), (lo, hi)),
                                                   shape=shape).tocsr()).tocoo()
-        for i, j in zip(forest.row.tolist(), forest.col.tolist(), strict=True):
-            yield names[i], names[j]
+        f_lo, f_hi = np.minimum(forest.row, forest.col), np.maximum(forest.row, forest.col)
+        f_sure = agree[np.searchsorted(edge, f_lo.astype(np.int64) * len(names) + f_hi)] >= sure
+        for i, j, is_sure in zip(f_lo.tolist(), f_hi.tolist(), f_sure.tolist(), strict=True):
+            yield names[i], names[j], is_sure
+
+
+def agreement_needed(jaccard: float, num_perm: int) -> int:
+    """The fewest equal signature values for an estimated Jaccard of at least `jaccard`."""
+    return int(np.ceil(jaccard * num_perm - 1e-9))
+
+
+def doubtful_ends(node: dict) -> Iterator[tuple[int, int, tuple[str, str], int]]:
+    """`(file index, record index, pair, side)` for both ends of a node's doubtful links.
+
+    Each pair is asked for once, by its smaller node.
+    """
+    for other in node.get("doubtful", ()):
+        if node["node"] < other:
+            pair = (node["node"], other)
+            for side, key in enumerate(pair):
+                yield (*key_position(key), pair, side)
+
+
+def file_of_request(request: tuple) -> int:
+    return request[0]
+
+
+def pair_of(item: tuple) -> tuple[str, str]:
+    return item[0]
+
+
+@dataclass(frozen=True)
+class ShingleSets:
+    """Reducer over one input file's requests: `(pair, shingle hash set)` for each.
+
+    Reads the file again and shingles only the requested documents, exactly as
+    the signature stage did (same truncation, same hashes), so a pair's exact
+    Jaccard is over the very sets its signatures summarize.
+    """
+
+    sources: tuple[SourceFile, ...]
+    text_key: str
+    id_key: str
+    max_chars: int
+    shingles: ShingleConfig
+
+    def __call__(self, file_index: int, requests: Iterator[tuple]
+                 ) -> Iterator[tuple[tuple[str, str], int, np.ndarray]]:
+        wanted: dict[int, list[tuple[tuple[str, str], int]]] = {}
+        for _file, record, pair, side in requests:
+            wanted.setdefault(record, []).append((pair, side))
+        last = max(wanted)
+        texts, pairs = [], []
+        for doc in iter_docs(self.sources[file_index], self.text_key, self.id_key):
+            if doc.record_index in wanted:
+                texts.append(doc.text[: self.max_chars])
+                pairs.append(wanted[doc.record_index])
+            if doc.record_index >= last:
+                break
+        for start in range(0, len(texts), BATCH_DOCS):
+            hashes = batch_shingle_hashes(texts[start: start + BATCH_DOCS], self.shingles)
+            for doc_pairs, doc_hashes in zip(pairs[start: start + BATCH_DOCS], hashes, strict=True):
+                unique = np.sort(doc_hashes)  # np.unique is 5x slower on these
+                unique = unique[np.concatenate([[True], unique[1:] != unique[:-1]])]
+                for pair, side in doc_pairs:
+                    yield pair, side, unique
+
+
+@dataclass(frozen=True)
+class ExactJaccard:
+    """Reducer over one doubtful pair's two shingle sets: the edge, if it holds."""
+
+    threshold: float
+
+    def __call__(self, pair: tuple[str, str], items: Iterator[tuple]) -> Iterator[dict]:
+        sets = {side: hashes for _pair, side, hashes in items}
+        if len(sets) != 2:
+            raise ValueError(f"exact check of {pair!r} found {len(sets)} of its 2 documents "
+                             "(were the input files changed during the run?)")
+        inter = len(np.intersect1d(sets[0], sets[1], assume_unique=True))
+        union = len(sets[0]) + len(sets[1]) - inter
+        counters.increment("dedup/fuzzy/exact_checked")
+        if inter >= self.threshold * union - 1e-9:
+            yield {"a": pair[0], "b": pair[1]}
+        else:
+            counters.increment("dedup/fuzzy/exact_rejected")
 
 
 PAIR_BLOCK = 1 << 16

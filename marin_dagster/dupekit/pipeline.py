@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from marin_dagster import fs
-from marin_dagster.dupekit.components import connected_components
+from marin_dagster.dupekit.components import ComponentsResult, build_nodes, propagate_labels
 from marin_dagster.dupekit.exact import (
     DocumentHashes,
     ParagraphHashes,
@@ -33,7 +33,7 @@ from marin_dagster.dupekit.lsh import LSHParams
 from marin_dagster.dupekit.outputs import WriteMarks, WriteOutputs, file_of, mark_order
 from marin_dagster.dupekit.records import key_id, key_position, resolve_sources
 from marin_dagster.dupekit.shingles import ShingleConfig
-from marin_dagster.zephyr import Dataset, ZephyrContext
+from marin_dagster.zephyr import Dataset, ZephyrContext, counters
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,11 @@ class DedupConfig:
     rows: int | None = None
     lsh_weights: tuple[float, float] = DEFAULT_LSH_WEIGHTS
     verify: bool = False
+    # With verify: a pair estimated in [threshold, threshold + verify_margin) is linked only
+    # if its exact shingle-set Jaccard reaches the threshold; one above, on its estimate. At
+    # 128 permutations a pair of Jaccard threshold - 0.1 gets an estimate of threshold + 0.1
+    # or more with probability about 1e-6, so no link joins documents that far apart.
+    verify_margin: float = 0.1
     max_chars: int = 500_000
     num_shards: int | None = None
     # Band entries are shuffled by partition of the bucket key; a reducer holds
@@ -73,6 +78,8 @@ class DedupConfig:
             raise ValueError(f"mode must be 'exact', 'paragraph' or 'fuzzy', not {self.mode!r}")
         if not 0.0 < self.threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        if not 0.0 <= self.verify_margin <= 1.0:
+            raise ValueError(f"verify_margin must be in [0, 1], got {self.verify_margin}")
         if self.max_chars < 1:
             raise ValueError(f"max_chars must be positive, got {self.max_chars}")
         if self.bucket_partitions < 1:
@@ -127,6 +134,8 @@ class _LoggedContext:
 
 
 def _links_as_pairs(state: dict) -> Iterator[dict]:
+    if state["adj"]:  # a node whose doubtful links all failed their check has none
+        counters.increment("dedup/fuzzy/linked_documents")
     for other in state["adj"]:
         if state["node"] < other:
             yield {"a": key_id(state["node"]), "b": key_id(other)}
@@ -153,6 +162,7 @@ def deduplicate(
     bands: int | None = None,
     rows: int | None = None,
     verify: bool = False,
+    verify_margin: float = 0.1,
     max_chars: int = 500_000,
     num_shards: int | None = None,
     bucket_partitions: int = 256,
@@ -172,7 +182,8 @@ def deduplicate(
     if config is None:
         config = DedupConfig(mode=mode, text_key=text_key, id_key=id_key, shingle=shingle,
                              ngram=ngram, num_perm=num_perm, seed=seed, threshold=threshold,
-                             bands=bands, rows=rows, verify=verify, max_chars=max_chars,
+                             bands=bands, rows=rows, verify=verify,
+                             verify_margin=verify_margin, max_chars=max_chars,
                              num_shards=num_shards, bucket_partitions=bucket_partitions,
                              cc_max_iterations=cc_max_iterations)
     sources = resolve_sources(source_files)
@@ -241,25 +252,56 @@ def _find_duplicates(config: DedupConfig, sources: list, output_path: str, work:
     bands = files.flat_map(BandRecords(config.text_key, config.id_key, config.max_chars, settings,
                                        fs.join(output_path, "signatures"),
                                        config.bucket_partitions))
-    links = bands.group_by(key=partition_of, reducer=BucketLinks(config.verify, config.threshold,
-                                                                 config.num_perm),
-                           num_output_shards=shards)
+    links = bands.group_by(key=partition_of, reducer=BucketLinks(
+        config.verify, config.threshold, config.num_perm, config.verify_margin),
+        num_output_shards=shards)
     fs.remove(fs.join(output_path, "links"), recursive=True)
-    components = connected_components(links, ctx, fs.join(work, "cc"), shards,
-                                      config.cc_max_iterations)
+    cc_dir = fs.join(work, "cc")
+    graph = build_nodes(links, ctx, cc_dir, shards)
+    keep(graph.first_counters)
+    if graph.first_counters.get("dedup/fuzzy/doubtful_ends", 0):
+        keep(_check_doubtful_links(config, sources, graph, shards, ctx))
+    components = propagate_labels(graph, ctx, cc_dir, shards, config.cc_max_iterations)
     extra["fuzzy"] = {"bands": lsh.bands, "rows": lsh.rows, "cc_iterations": components.iterations,
-                      "linked_documents": components.nodes}
-    keep(components.first_counters)
+                      "linked_documents": 0, "linked_pairs": 0}
+    if config.verify:
+        extra["fuzzy"]["exact_checked"] = int(counters.get("dedup/fuzzy/exact_checked", 0))
+        extra["fuzzy"]["exact_rejected"] = int(counters.get("dedup/fuzzy/exact_rejected", 0))
     if components.nodes:
         nodes = Dataset.from_files(components.node_files).load_jsonl()
         pairs = ctx.execute(nodes.flat_map(_links_as_pairs).write_jsonl(
             fs.join(output_path, "links", "part-{shard:05d}-of-{total:05d}.jsonl.gz")))
         extra["fuzzy"]["linked_pairs"] = int(pairs.counters["records_written"])
+        extra["fuzzy"]["linked_documents"] = int(pairs.counters.get("dedup/fuzzy/linked_documents", 0))
         ctx.execute(nodes.flat_map(_node_mark).group_by(
             key=file_of, reducer=write_marks, sort_by=mark_order, num_output_shards=shards))
-    else:
-        extra["fuzzy"]["linked_pairs"] = 0
     return extra, counters
+
+
+def _check_doubtful_links(config: DedupConfig, sources: list, graph: ComponentsResult,
+                          shards: int, ctx: _LoggedContext) -> dict[str, float]:
+    """Rereads both documents of each doubtful link and adds the links whose exact Jaccard holds.
+
+    The links that hold are written beside the graph's node files, which adds
+    them to the graph in the first round of label propagation.
+    """
+    from marin_dagster.dupekit.fuzzy import (
+        ExactJaccard,
+        ShingleSets,
+        doubtful_ends,
+        file_of_request,
+        pair_of,
+    )
+
+    reread = ShingleSets(tuple(sources), config.text_key, config.id_key, config.max_chars,
+                         ShingleConfig(config.shingle, config.ngram))
+    return ctx.execute(
+        Dataset.from_files(graph.node_files).load_jsonl()
+        .flat_map(doubtful_ends)
+        .group_by(key=file_of_request, reducer=reread, num_output_shards=shards)
+        .group_by(key=pair_of, reducer=ExactJaccard(config.threshold), num_output_shards=shards)
+        .write_jsonl(fs.join(graph.folder, "added-{shard:05d}-of-{total:05d}.jsonl.gz"))
+    ).counters.as_dict()
 
 
 def _summarize(config: DedupConfig, per_file: list[dict], counters: dict[str, float],

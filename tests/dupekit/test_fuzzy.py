@@ -104,11 +104,61 @@ def test_fuzzy_verification_precision(corpus, similar_pairs, local_ctx, tmp_path
              for r in read_jsonl_gz(p)}
     assert result.counts["fuzzy"]["linked_pairs"] == len(links) > 0
     sets = corpus["sets"]
+    # Links estimated within verify_margin (0.1) above the threshold were checked exactly;
+    # one above it joins documents below threshold - 0.1 with probability about 1e-6.
     low = [pair for pair in links if jaccard(sets[pair[0]], sets[pair[1]]) < THRESHOLD - 0.1]
-    assert len(low) / len(links) <= 0.05, f"{len(low)} of {len(links)} links below 0.7: {low}"
+    assert low == [], f"{len(low)} of {len(links)} links below 0.7: {low}"
+    assert result.counts["fuzzy"]["exact_checked"] > 0
     attrs = _attributes(result)
     linked = [attrs[a]["cluster_id"] == attrs[b]["cluster_id"] for a, b in similar_pairs]
     assert sum(linked) / len(linked) >= 0.9
+
+
+def test_every_link_checked_exactly_with_the_widest_margin(corpus, local_ctx, tmp_path):
+    """verify_margin=1: no link on an estimate; each holds at the threshold on the shingle sets."""
+    result = deduplicate(corpus["files"], str(tmp_path / "out"), mode="fuzzy", verify=True,
+                         verify_margin=1.0, context=local_ctx)
+    links = {(r["a"], r["b"]) for p in glob.glob(str(tmp_path / "out/links/*.jsonl.gz"))
+             for r in read_jsonl_gz(p)}
+    assert links
+    sets = corpus["sets"]
+    # The check reads 32-bit shingle hashes; the sets here are lossless: allow a collision.
+    below = {pair: jaccard(sets[pair[0]], sets[pair[1]]) for pair in links
+             if jaccard(sets[pair[0]], sets[pair[1]]) < THRESHOLD - 1e-3}
+    assert below == {}
+    fuzzy = result.counts["fuzzy"]
+    assert fuzzy["exact_checked"] >= fuzzy["linked_pairs"] == len(links)
+    # Edited copies near the threshold: some pass on their estimate and fail exactly.
+    assert fuzzy["exact_rejected"] > 0
+    logger.info("exact checks: %d, rejected %d", fuzzy["exact_checked"], fuzzy["exact_rejected"])
+
+
+def test_exact_check_rereads_the_shingles_and_holds_at_the_threshold(tmp_path):
+    from marin_dagster.dupekit.fuzzy import ExactJaccard, ShingleSets
+    from marin_dagster.dupekit.records import resolve_sources
+    from marin_dagster.dupekit.shingles import shingle_hash_set
+
+    texts = ["To be, or not to be, that is the question", "", "Whether 'tis nobler in the mind"]
+    path = write_jsonl_gz(str(tmp_path / "in/a.jsonl.gz"), [{"id": i, "text": t}
+                                                           for i, t in enumerate(texts)])
+    reread = ShingleSets(tuple(resolve_sources([path])), "text", "id", 20, ShingleConfig())
+    got = list(reread(0, iter([(0, 2, ("k0", "k2"), 1), (0, 0, ("k0", "k2"), 0),
+                               (0, 0, ("k0", "k9"), 0)])))
+    assert [(pair, side) for pair, side, _h in got] == [(("k0", "k2"), 0), (("k0", "k9"), 0),
+                                                        (("k0", "k2"), 1)]
+    for (_pair, _side, hashes), record in zip(got, [0, 0, 2], strict=True):
+        # The same truncation (max_chars) as the signature stage, as a sorted set.
+        assert hashes.tolist() == sorted(shingle_hash_set(texts[record][:20], ShingleConfig()))
+
+    check = ExactJaccard(0.8)
+    a = np.arange(10, dtype=np.uint32)
+    assert list(check(("a", "b"), iter([(("a", "b"), 0, a), (("a", "b"), 1, a[:8])]))) == [
+        {"a": "a", "b": "b"}]  # 8 / 10: holds at the threshold
+    assert list(check(("a", "b"), iter([(("a", "b"), 1, a), (("a", "b"), 0, a[1:9])]))) == [
+        {"a": "a", "b": "b"}]
+    assert list(check(("a", "b"), iter([(("a", "b"), 0, a[:9]), (("a", "b"), 1, a[2:])]))) == []
+    with pytest.raises(ValueError, match=r"exact check of \('a', 'b'\) found 1 of its 2 documents"):
+        list(check(("a", "b"), iter([(("a", "b"), 0, a), (("a", "b"), 0, a)])))
 
 
 def test_signature_set_matches_datasketch_and_answers_queries(corpus, local_ctx, tmp_path):
