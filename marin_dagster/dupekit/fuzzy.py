@@ -92,7 +92,7 @@ class BandRecords:
     """Per input file: signatures saved, and band entries emitted by bucket partition.
 
     A record is `(partition, bucket keys uint64[k], node keys list[str],
-    signatures uint32[k, num_perm] or None)`: all entries of up to
+    signatures' low 16 bits uint16[k, num_perm] or None)`: all entries of up to
     `EMIT_DOCS` documents whose bucket key falls in that partition. Grouping
     whole partitions (not single entries) keeps the shuffle to a few
     records per partition and file, and the bucket matching vectorized.
@@ -163,6 +163,8 @@ class BandRecords:
             if len(idx) == 0:
                 continue
             docs = doc_of[idx]
+            # Verification compares values for equality: 16 bits halve the shuffle, and two
+            # different values match by chance with probability 2^-16.
             yield (p, flat[idx], [keys[d] for d in docs],
                    sigs[docs].astype(np.uint16) if self.settings.verify else None)
 
