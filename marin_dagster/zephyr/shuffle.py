@@ -1,10 +1,11 @@
 """Shuffles (group_by, shuffle, deduplicate): hash-partition, spill sorted runs, k-way merge.
 
-Map side: every record goes to partition stable_hash(key) % n and into that
-partition's buffer. When the buffered records reach the memory budget (or the
-input ends) each partition's buffer is sorted by key (combined, if a combiner
-is given) and appended to one spill file as a run: a range of chunks in a chunk
-file (chunks.py). Reduce side: partition p merges all its runs from all map
+Map side: every record goes to partition `keys.partition_of(key, n)` (CRC-32
+of the key's canonical bytes) and into that partition's buffer. When the
+buffered records reach the memory budget (or the input ends) each
+partition's buffer is sorted by key (combined, if a combiner is given) and
+appended to one spill file as a run: a range of chunks in a chunk file
+(chunks.py). Reduce side: partition p merges all its runs from all map
 tasks with heapq.merge, so it holds one chunk per run, and hands each key's
 records to the reducer as a lazy iterator.
 """
