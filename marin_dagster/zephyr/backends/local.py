@@ -26,12 +26,16 @@ from marin_dagster.zephyr.runtime import Task, TaskResult
 logger = logging.getLogger(__name__)
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(workers: int) -> dict[str, str]:
     env = dict(os.environ)
     # The driver's import path, so modules that functions were pickled by reference
     # from (experiment files, tests) import in the worker too.
     paths = [p if p else os.getcwd() for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    # Arrow's (and BLAS's) thread pool is as large as the machine in every worker: with
+    # as many workers as cores, each worker's pool threads only contend with the others.
+    # A share of the cores each, unless the user chose a size.
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     return env
 
 
@@ -52,7 +56,7 @@ class LocalBackend:
         parent, child = socket.socketpair()
         proc = subprocess.Popen(
             [sys.executable, "-m", "marin_dagster.zephyr.backends.worker", str(child.fileno())],
-            pass_fds=(child.fileno(),), env=_worker_env(), stdin=subprocess.DEVNULL)
+            pass_fds=(child.fileno(),), env=_worker_env(self.capacity), stdin=subprocess.DEVNULL)
         child.close()
         worker = _Worker(proc, multiprocessing.connection.Connection(parent.detach()))
         self._workers.append(worker)
