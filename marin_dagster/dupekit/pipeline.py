@@ -33,7 +33,8 @@ from marin_dagster.dupekit.lsh import LSHParams
 from marin_dagster.dupekit.outputs import WriteMarks, WriteOutputs, file_of, mark_order
 from marin_dagster.dupekit.records import key_id, key_position, resolve_sources
 from marin_dagster.dupekit.shingles import ShingleConfig
-from marin_dagster.zephyr import Dataset, ZephyrContext, counters
+from marin_dagster.zephyr import Dataset, ZephyrContext
+from marin_dagster.zephyr import counters as zephyr_counters
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,8 @@ class DedupConfig:
     verify: bool = False
     # With verify: a pair estimated in [threshold, threshold + verify_margin) is linked only
     # if its exact shingle-set Jaccard reaches the threshold; one above, on its estimate. At
-    # 128 permutations a pair of Jaccard threshold - 0.1 gets an estimate of threshold + 0.1
-    # or more with probability about 1e-6, so no link joins documents that far apart.
+    # 128 permutations and threshold 0.8, a pair of Jaccard 0.7 gets an estimate of 0.9 or
+    # more with probability 2e-8 (the binomial tail): no link joins documents that far apart.
     verify_margin: float = 0.1
     max_chars: int = 500_000
     num_shards: int | None = None
@@ -135,7 +136,7 @@ class _LoggedContext:
 
 def _links_as_pairs(state: dict) -> Iterator[dict]:
     if state["adj"]:  # a node whose doubtful links all failed their check has none
-        counters.increment("dedup/fuzzy/linked_documents")
+        zephyr_counters.increment("dedup/fuzzy/linked_documents")
     for other in state["adj"]:
         if state["node"] < other:
             yield {"a": key_id(state["node"]), "b": key_id(other)}

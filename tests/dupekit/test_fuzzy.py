@@ -105,7 +105,7 @@ def test_fuzzy_verification_precision(corpus, similar_pairs, local_ctx, tmp_path
     assert result.counts["fuzzy"]["linked_pairs"] == len(links) > 0
     sets = corpus["sets"]
     # Links estimated within verify_margin (0.1) above the threshold were checked exactly;
-    # one above it joins documents below threshold - 0.1 with probability about 1e-6.
+    # one above it joins documents below threshold - 0.1 with probability 2e-8.
     low = [pair for pair in links if jaccard(sets[pair[0]], sets[pair[1]]) < THRESHOLD - 0.1]
     assert low == [], f"{len(low)} of {len(links)} links below 0.7: {low}"
     assert result.counts["fuzzy"]["exact_checked"] > 0
