@@ -175,19 +175,18 @@ def partition_of(record: tuple) -> int:
 
 @dataclass(frozen=True)
 class BucketLinks:
-    """Reducer over one bucket partition: `(node, [neighbours])` for each linked document.
+    """Reducer over one bucket partition: `(node, [neighbours], [doubtful])` per linked document.
 
     One record per node and partition, not per edge end: the components'
     shuffle then moves about half as many records. Without verification a
-    bucket is a star around its smallest node key. With it, the links are a
-    spanning forest of the pairs sharing a bucket whose estimated Jaccard
-    reaches the threshold, and a record is `(node, [sure neighbours],
-    [doubtful neighbours])`: sure when the estimate clears `threshold +
-    verify_margin`, doubtful below that (the exact check decides).
-    Verification is vectorized over the whole partition: pairs are compared
-    in blocks, and the forest is scipy's minimum spanning tree, weighted to
-    use sure pairs wherever they connect the same documents, then links to
-    each component's smallest node, then the most similar pairs.
+    bucket is a star around its smallest node key and no link is doubtful.
+    With it, the links are a spanning forest of the pairs sharing a bucket
+    whose estimated Jaccard reaches the threshold: sure when the estimate
+    clears `threshold + verify_margin`, doubtful below that (the exact check
+    decides). Verification is vectorized over the whole partition: pairs are
+    compared in blocks, and the forest is scipy's minimum spanning tree,
+    weighted to use sure pairs wherever they connect the same documents, then
+    links to each component's smallest node, then the most similar pairs.
     """
 
     verify: bool
@@ -199,18 +198,13 @@ class BucketLinks:
         parts = list(records)
         buckets = np.concatenate([r[1] for r in parts])
         keys = [k for r in parts for k in r[2]]
-        if not self.verify:
-            adjacency: dict[str, list[str]] = {}
-            for a, b in self._stars(buckets, keys):
-                adjacency.setdefault(a, []).append(b)
-                adjacency.setdefault(b, []).append(a)
-            for node in sorted(adjacency):
-                yield node, adjacency[node]
-            return
+        if self.verify:
+            edges = self._verified_links(buckets, keys, np.concatenate([r[3] for r in parts]))
+        else:
+            edges = ((a, b, True) for a, b in self._stars(buckets, keys))
         sure: dict[str, list[str]] = {}
         doubtful: dict[str, list[str]] = {}
-        for a, b, is_sure in self._verified_links(buckets, keys,
-                                                  np.concatenate([r[3] for r in parts])):
+        for a, b, is_sure in edges:
             ends = sure if is_sure else doubtful
             ends.setdefault(a, []).append(b)
             ends.setdefault(b, []).append(a)
