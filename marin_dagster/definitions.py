@@ -9,6 +9,7 @@ import dagster as dg
 
 import assets.experiments
 from assets.experiment import Experiment
+from marin_dagster.execution.asset import DuplicateAssetError, Step, upstream_closure
 from marin_dagster.sensors import sensors_for
 from resources import local_resources
 
@@ -27,12 +28,18 @@ def load_experiments() -> list[Experiment]:
 def build_definitions(experiments: list[Experiment]) -> dg.Definitions:
     # An asset shared by experiments shows in the group of the first that lists it.
     asset_defs: dict[dg.AssetKey, dg.AssetsDefinition] = {}
+    owners: dict[dg.AssetKey, tuple[Step, str]] = {}
     for experiment in experiments:
-        for asset in experiment.assets():
-            if asset.key not in asset_defs:
-                asset_defs[asset.key] = asset.with_attributes(
-                    group_names_by_key={asset.key: experiment.name}
-                )
+        for step in upstream_closure(experiment.leaves):
+            key = step.asset.key
+            if key in owners:
+                first, first_experiment = owners[key]
+                if first.version != step.version:
+                    raise DuplicateAssetError(
+                        first, step, f" (experiments {first_experiment!r} and {experiment.name!r})")
+                continue
+            owners[key] = (step, experiment.name)
+            asset_defs[key] = step.asset.with_attributes(group_names_by_key={key: experiment.name})
     resources = local_resources()
     return dg.Definitions(
         assets=list(asset_defs.values()),

@@ -8,9 +8,12 @@ status handling around `run`.
 
 # No `from __future__ import annotations`: Dagster reads the compute function's annotations.
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -53,6 +56,8 @@ class Step:
     config: Any
     upstream: Mapping[str, "Step"]
     asset: dg.AssetsDefinition
+    defined_at: str = ""
+    """Where the experiment called the factory (`file:line`), for errors naming the definition."""
 
 
 Run = Callable[[Any, Mapping[str, str], str, StepContext], Mapping[str, Any] | None]
@@ -64,8 +69,62 @@ Run = Callable[[Any, Mapping[str, str], str, StepContext], Mapping[str, Any] | N
 _STEPS: dict[int, Step] = {}
 
 
+# A name is a relative path below the prefix: its output is `{prefix}/{name}-{version}`.
+_NAME_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_name(name: str) -> str:
+    """`name` if it is a safe relative asset name, else a ValueError saying why."""
+    parts = name.split("/") if isinstance(name, str) else []
+    bad = [p for p in parts if p in (".", "..") or not _NAME_PART.fullmatch(p)]
+    if not parts or bad:
+        raise ValueError(
+            f"asset name {name!r} is not allowed: a name is parts of letters, digits, '_', '-' and "
+            "'.' joined by '/' (e.g. 'tokenized/shakespeare'), with no empty, '.' or '..' part and "
+            "no leading '/', because it becomes the output path {prefix}/{name}-{version}"
+            + (f"; offending part(s): {bad}" if bad else ""))
+    return name
+
+
 def asset_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(name.strip("/").split("/"))
+    return dg.AssetKey(check_name(name).split("/"))
+
+
+def _defined_at() -> str:
+    """`file:line` of the first caller outside the factories and this package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        factory = module == "assets" or (module.startswith("assets.")
+                                         and not module.startswith("assets.experiments"))
+        if not (module.startswith("marin_dagster.") or factory):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+@contextlib.contextmanager
+def defining(factory: str, name: str) -> Iterator[None]:
+    """Errors in a factory's arguments name the factory and the asset, at definition time."""
+    prefix = f"{factory}({name!r}): "
+    try:
+        yield
+    except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
+        if str(e).startswith(prefix):
+            raise
+        kind = TypeError if isinstance(e, TypeError) else ValueError
+        raise kind(prefix + str(e)) from None
+
+
+class DuplicateAssetError(ValueError):
+    """Two different steps (configs or inputs) were given the same asset name."""
+
+    def __init__(self, first: Step, second: Step, where: str = "") -> None:
+        super().__init__(
+            f"asset {first.name!r} is defined twice with different configs{where}: at "
+            f"{first.defined_at} (version {first.version}) and at {second.defined_at} (version "
+            f"{second.version}). One name is one output; rename one of them, or reuse one "
+            "definition in both places")
 
 
 def step_for(asset: dg.AssetsDefinition) -> Step:
@@ -83,7 +142,10 @@ def upstream_closure(leaves: Sequence[dg.AssetsDefinition]) -> list[Step]:
     seen: dict[dg.AssetKey, Step] = {}
 
     def visit(step: Step) -> None:
-        if step.asset.key in seen:
+        known = seen.get(step.asset.key)
+        if known is not None:
+            if known.version != step.version:
+                raise DuplicateAssetError(known, step)
             return
         for up in step.upstream.values():
             visit(up)
@@ -208,5 +270,5 @@ def versioned_asset(
         metadata={"marin/kind": kind, "marin/version": version},
         kinds=set(kinds) or None,
     )(compute)
-    _STEPS[id(asset)] = Step(name, kind, version, config, upstream_steps, asset)
+    _STEPS[id(asset)] = Step(name, kind, version, config, upstream_steps, asset, _defined_at())
     return asset

@@ -1,0 +1,75 @@
+"""Mistakes in an experiment file refused when it is loaded, before any step runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from assets import Experiment, deduplicated, sample_corpus
+from marin_dagster.execution.asset import DuplicateAssetError, upstream_closure
+from tests.conftest import REPO, subprocess_env
+
+DAGSTER = os.path.join(os.path.dirname(sys.executable), "dagster")
+
+
+@pytest.mark.parametrize("name", ["../escape", "raw/../../etc", "/abs/path", "raw//x", "raw/./x",
+                                  "raw/", "", "raw/a b", "gs://bucket/x", ".."])
+def test_a_name_that_could_leave_the_prefix_is_refused(name):
+    with pytest.raises(ValueError, match="is not allowed") as err:
+        sample_corpus(name)
+    assert repr(name) in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["raw/shakespeare", "tokenizers/shakespeare-bpe", "a.b/c_d-1"])
+def test_ordinary_names_are_accepted(name):
+    assert sample_corpus(name).key.path == name.split("/")
+
+
+def test_one_name_two_configs_in_one_experiment_names_both_lines():
+    a = sample_corpus("raw/twice", num_shards=2)
+    b = sample_corpus("raw/twice", num_shards=3)
+    da = deduplicated("dedup/a", source=a, mode="exact")
+    db = deduplicated("dedup/b", source=b, mode="exact")
+    with pytest.raises(DuplicateAssetError) as err:
+        Experiment("x", leaves=[da, db]).assets()
+    message = str(err.value)
+    assert "'raw/twice' is defined twice" in message
+    # both definitions named by this file and line
+    assert message.count(f"{__file__}:") == 2
+
+
+def test_the_same_definition_reached_twice_is_one_asset():
+    corpus = sample_corpus("raw/once")
+    leaves = [deduplicated("dedup/e", source=corpus, mode="exact"),
+              deduplicated("dedup/f", source=corpus, mode="fuzzy")]
+    assert [s.name for s in upstream_closure(leaves)].count("raw/once") == 1
+
+
+LOCATION = textwrap.dedent("""
+    from assets import Experiment, sample_corpus
+    from marin_dagster.definitions import build_definitions
+
+    first = Experiment("first", leaves=[sample_corpus("raw/shared", num_shards=2)])
+    second = Experiment("second", leaves=[sample_corpus("raw/shared", num_shards=4)])
+    defs = build_definitions([first, second])
+""")
+
+
+def test_definitions_validate_refuses_two_experiments_sharing_a_name(tmp_path):
+    """The user's check: `dagster definitions validate` fails and names both definitions."""
+    location = tmp_path / "two_experiments.py"
+    location.write_text(LOCATION)
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.run(
+        [DAGSTER, "definitions", "validate", "-f", str(location)], cwd=REPO, capture_output=True,
+        text=True, timeout=300, env=subprocess_env(DAGSTER_HOME=str(home)), stdin=subprocess.DEVNULL)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "'raw/shared' is defined twice" in out
+    assert f"{location}:5" in out and f"{location}:6" in out
+    assert "experiments 'first' and 'second'" in out
