@@ -100,7 +100,16 @@ def _folder_files(config: FolderCorpusConfig) -> list[str]:
 
 def _run_folder_corpus(config: FolderCorpusConfig, inputs: Mapping[str, str], output_path: str,
                        step: StepContext) -> dict[str, Any]:
+    # An empty source fails here, naming the folder, not two steps later as an empty dataset.
+    if not os.path.isdir(config.folder):
+        raise FileNotFoundError(
+            f"folder_corpus: the watched folder {config.folder} does not exist (or is not a "
+            "folder); create it and put text files there, or point watched_folder(...) at it")
     rels = _folder_files(config)
+    if not rels:
+        raise ValueError(
+            f"folder_corpus: no files under {config.folder} match pattern {config.pattern!r} "
+            "(dotfiles and temporary files are left out); add files there or change `pattern`")
     digests, docs = {}, []
     for rel in rels:
         path = os.path.join(config.folder, rel)

@@ -1,0 +1,57 @@
+"""`folder_corpus` over a folder that is missing or holds no matching file fails at the source."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from assets import folder_corpus, watched_folder
+from marin_dagster.execution.status import StepStatus, read_status
+from resources.storage import StorageResource
+
+
+def _materialize(folder: str, prefix: str, **config) -> tuple[dg.ExecuteInProcessResult, str]:
+    inbox = watched_folder("raw/inbox", folder)
+    corpus = folder_corpus("raw/inbox_corpus", source=inbox, **config)
+    storage = StorageResource(prefix=prefix)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([corpus], instance=instance, resources={"storage": storage},
+                                raise_on_error=False)
+    return result, storage.output_path("raw/inbox_corpus", corpus.code_versions_by_key[corpus.key])
+
+
+def _failure_message(result: dg.ExecuteInProcessResult) -> str:
+    failures = [e for e in result.all_events if e.is_step_failure]
+    assert failures, "the step did not fail"
+    return failures[0].step_failure_data.error.to_string()
+
+
+def test_a_missing_folder_fails_naming_it(tmp_path):
+    missing = tmp_path / "no-such-inbox"
+    result, output = _materialize(str(missing), str(tmp_path / "data"))
+    assert not result.success
+    message = _failure_message(result)
+    assert str(missing) in message and "does not exist" in message
+    assert read_status(output).status == StepStatus.FAILED
+
+
+@pytest.mark.parametrize("files, pattern", [({}, "*"), ({".hidden": "x", "a.md": "x"}, "*.txt")])
+def test_a_folder_without_matching_files_fails_naming_it(tmp_path, files, pattern):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for name, text in files.items():
+        (inbox / name).write_text(text)
+    result, output = _materialize(str(inbox), str(tmp_path / "data"), pattern=pattern)
+    assert not result.success
+    message = _failure_message(result)
+    assert str(inbox) in message and repr(pattern) in message
+    assert read_status(output).status == StepStatus.FAILED
+
+
+def test_a_folder_with_files_still_succeeds(tmp_path):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.txt").write_text("some text")
+    result, output = _materialize(str(inbox), str(tmp_path / "data"))
+    assert result.success
+    assert read_status(output).status == StepStatus.SUCCESS
