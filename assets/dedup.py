@@ -10,7 +10,7 @@ import dagster as dg
 
 from marin_dagster.datasets.files import dataset_files
 from marin_dagster.dupekit import DedupConfig, deduplicate
-from marin_dagster.execution.asset import StepContext, versioned_asset
+from marin_dagster.execution.asset import StepContext, defining, versioned_asset
 from marin_dagster.iris import ResourceConfig
 
 
@@ -45,7 +45,8 @@ def deduplicated(name: str, source: dg.AssetsDefinition, mode: str = "fuzzy", *,
     unknown = sorted(set(config) - fields)
     if unknown:
         raise TypeError(f"deduplicated({name!r}): unknown field(s) {unknown}; known: {sorted(fields)}")
-    cfg = DedupConfig(mode=mode, **config)
+    with defining("deduplicated", name):
+        cfg = DedupConfig(mode=mode, **config)
     return versioned_asset(
         name=name, kind="deduplicated", config=cfg, run=_run, upstream={"source": source},
         description=f"{mode} deduplication of the source (dupekit): documents/ keeps one document "

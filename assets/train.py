@@ -11,7 +11,7 @@ import dagster as dg
 import pydantic
 
 from marin_dagster import fs
-from marin_dagster.execution.asset import Step, StepContext, step_for, versioned_asset
+from marin_dagster.execution.asset import Step, StepContext, defining, step_for, versioned_asset
 from marin_dagster.execution.version import StepConfig, unversioned
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig, train
@@ -30,13 +30,22 @@ class TrainLmStepConfig(StepConfig):
     weights: dict[str, float]
     """Mixture weight per input dataset (by asset name)."""
     batch_size: int = pydantic.Field(ge=1)
-    seq_len: int | None = None
+    seq_len: int | None = pydantic.Field(None, ge=2)
+    """Tokens per training sequence (a token and its target at least); None: model.seq_len."""
     num_train_steps: int = pydantic.Field(ge=1)
     seed: int = 0
-    steps_per_eval: int | None = None
-    max_eval_batches: int | None = 16
-    checkpoint_every: int | None = unversioned(None)
-    keep: int | None = unversioned(None)
+    steps_per_eval: int | None = pydantic.Field(None, ge=1)
+    max_eval_batches: int | None = pydantic.Field(16, ge=1)
+    checkpoint_every: int | None = unversioned(None, ge=1)
+    keep: int | None = unversioned(None, ge=1)
+
+    @pydantic.model_validator(mode="after")
+    def _fits_the_model(self) -> TrainLmStepConfig:
+        if self.seq_len is not None and self.seq_len > self.model.seq_len:
+            raise ValueError(f"seq_len={self.seq_len} is above the model's maximum "
+                             f"(model.seq_len={self.model.seq_len}); lower seq_len or use a model "
+                             "config with a longer seq_len")
+        return self
 
 
 def _tokenizer_step(name: str, datasets: Mapping[dg.AssetsDefinition, float]) -> Step:
@@ -125,11 +134,12 @@ def train_lm(
     if bad:
         raise ValueError(f"train_lm({name!r}): datasets weights must be positive, got {bad}")
     tokenizer_step = _tokenizer_step(name, datasets)
-    cfg = TrainLmStepConfig(
-        version=version, model=model, optimizer=optimizer or AdamConfig(),
-        weights={step_for(a).name: float(w) for a, w in datasets.items()},
-        batch_size=batch_size, num_train_steps=num_train_steps, seq_len=seq_len, **config,
-    )
+    with defining("train_lm", name):
+        cfg = TrainLmStepConfig(
+            version=version, model=model, optimizer=optimizer or AdamConfig(),
+            weights={step_for(a).name: float(w) for a, w in datasets.items()},
+            batch_size=batch_size, num_train_steps=num_train_steps, seq_len=seq_len, **config,
+        )
     upstream = {step_for(a).name: a for a in datasets}
     upstream["tokenizer"] = tokenizer_step.asset
     return versioned_asset(
@@ -147,7 +157,7 @@ def train_lm(
 class EvaluateStepConfig(StepConfig):
     split: str = "validation"
     batch_size: int = pydantic.Field(8, ge=1)
-    max_batches: int | None = 16
+    max_batches: int | None = pydantic.Field(16, ge=1)
 
 
 def _run_evaluate(config: EvaluateStepConfig, inputs: Mapping[str, str], output_path: str,
@@ -173,8 +183,10 @@ def evaluate(name: str, checkpoint: dg.AssetsDefinition, datasets: list[dg.Asset
     """Eval loss, perplexity and bits per byte of a checkpoint on tokenized datasets."""
     upstream = {step_for(a).name: a for a in datasets}
     upstream["checkpoint"] = checkpoint
+    with defining("evaluate", name):
+        cfg = EvaluateStepConfig(**config)
     return versioned_asset(
-        name=name, kind="evaluate", config=EvaluateStepConfig(**config), run=_run_evaluate,
+        name=name, kind="evaluate", config=cfg, run=_run_evaluate,
         upstream=upstream, description="Evaluation of a checkpoint on the datasets' validation split.",
         resources=resources, required_resources=("levanter",), kinds=("jax",),
     )

@@ -81,8 +81,11 @@ class DedupConfig:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
         if not 0.0 <= self.verify_margin <= 1.0:
             raise ValueError(f"verify_margin must be in [0, 1], got {self.verify_margin}")
-        if self.max_chars < 1:
-            raise ValueError(f"max_chars must be positive, got {self.max_chars}")
+        for name in ("ngram", "num_perm", "max_chars", "cc_max_iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.seed < 2**32:  # MinHash permutations come from RandomState(seed)
+            raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.bucket_partitions < 1:
             raise ValueError(f"bucket_partitions must be positive, got {self.bucket_partitions}")
         if self.num_shards is not None and self.num_shards < 1:

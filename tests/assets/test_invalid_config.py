@@ -1,0 +1,57 @@
+"""Values that cannot run are refused when the experiment is defined, naming the asset and
+field, instead of failing at run time after upstream steps ran."""
+
+from __future__ import annotations
+
+import pytest
+
+from assets import deduplicated, evaluate, sample_corpus, tokenized, tokenizer, train_lm
+from marin_dagster.levanter import llama_nano
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    corpus = sample_corpus("raw/cfg")
+    return tokenized("tokenized/cfg", source=corpus,
+                     tokenizer=tokenizer("tokenizers/cfg", source=corpus, vocab_size=512))
+
+
+def _train(dataset, **config):
+    config = {"batch_size": 4, "num_train_steps": 10, **config}
+    return train_lm("checkpoints/cfg", model=llama_nano, datasets={dataset: 1.0}, **config)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("seq_len", 0), ("seq_len", -3), ("seq_len", 1), ("steps_per_eval", 0),
+    ("checkpoint_every", -1), ("checkpoint_every", 0), ("keep", 0), ("max_eval_batches", 0),
+    ("batch_size", 0), ("num_train_steps", 0),
+])
+def test_train_lm_refuses_values_that_cannot_run(dataset, field, value):
+    with pytest.raises(ValueError) as err:
+        _train(dataset, **{field: value})
+    message = str(err.value)
+    assert message.startswith("train_lm('checkpoints/cfg'): ") and field in message
+
+
+def test_train_lm_refuses_a_sequence_longer_than_the_model(dataset):
+    with pytest.raises(ValueError, match=r"seq_len=99999 is above the model's maximum"):
+        _train(dataset, seq_len=99999)
+
+
+def test_train_lm_accepts_sane_values(dataset):
+    asset = _train(dataset, seq_len=64, steps_per_eval=5, checkpoint_every=5, keep=1)
+    assert asset.key.path == ["checkpoints", "cfg"]
+
+
+def test_evaluate_refuses_zero_batches(dataset):
+    with pytest.raises(ValueError, match=r"(?s)^evaluate\('eval/cfg'\): .*max_batches"):
+        evaluate("eval/cfg", checkpoint=_train(dataset), datasets=[dataset], max_batches=0)
+
+
+@pytest.mark.parametrize("field, value", [("num_perm", 0), ("num_perm", -1), ("seed", -1),
+                                          ("cc_max_iterations", 0), ("threshold", 0.0),
+                                          ("ngram", 0)])
+def test_deduplicated_refuses_values_that_cannot_run(field, value):
+    with pytest.raises(ValueError) as err:
+        deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode="fuzzy", **{field: value})
+    assert str(err.value).startswith("deduplicated('dedup/cfg'): ") and field in str(err.value)
