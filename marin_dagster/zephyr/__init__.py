@@ -20,6 +20,7 @@ from marin_dagster.zephyr.dataset import Dataset, JoinType, ShardInfo
 from marin_dagster.zephyr.keys import stable_hash
 from marin_dagster.zephyr.plan import PhysicalPlan, compute_plan
 from marin_dagster.zephyr.progress import ProgressEvent
+from marin_dagster.zephyr.readers import InputError
 from marin_dagster.zephyr.shared import get_shared
 from marin_dagster.zephyr.writers import SchemaConflictError, format_shard_path
 
@@ -27,6 +28,7 @@ __all__ = [
     "CounterStats",
     "Counters",
     "Dataset",
+    "InputError",
     "JoinType",
     "PhysicalPlan",
     "ProgressEvent",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -25,14 +26,28 @@ BATCH_ROWS = 8192
 _JSON_BLOCK = 8 << 20
 
 
+class InputError(ValueError):
+    """An input file that cannot be read as it is: truncated, corrupt, or not valid UTF-8.
+
+    The message names the file (and for JSON lines and CSV, the 1-based line).
+    Retrying cannot fix the file, so a shard that raises it fails at once.
+    """
+
+
 @dataclass
 class Cursor:
-    """Where a task is in its input, for error messages: file and record index."""
+    """Where a task is in its input, for error messages: file, record index and (JSONL) line."""
 
     file: str | None = None
     position: int = -1
+    line: int = 0  # the 1-based line of the current JSONL record; 0 where lines are not counted
+
+    def start(self, file: str | None) -> None:
+        self.file, self.position, self.line = file, -1, 0
 
     def describe(self) -> str:
+        if self.line > 0 and self.file:
+            return f"line {self.line} of {self.file} (record {self.position} of that file, from 0)"
         where = f"record {self.position}" if self.position >= 0 else "before the first record"
         return f"{where} of {self.file}" if self.file else where
 
@@ -66,29 +81,112 @@ def compression_of(path: str) -> str | None:
     return None
 
 
+_READ_SIZE = 1 << 17  # compressed bytes fed to the decompressor at a time
+_INCOMPLETE = "the file is incomplete: re-download or regenerate it"
+
+
+def _decompressor(codec: str) -> Any:
+    if codec == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer (CRC, size)
+    if codec == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompressobj()
+    if codec == "bz2":
+        import bz2
+
+        return bz2.BZ2Decompressor()
+    if codec == "xz":
+        import lzma
+
+        return lzma.LZMADecompressor()
+    raise ValueError(f"unknown compression {codec!r}")
+
+
+class _Decompressed(io.RawIOBase):
+    """The decompressed bytes of a gzip, zstd, bz2 or xz file; a truncated or corrupt one raises.
+
+    The library readers do not all say when a file stops early: zstandard's
+    stream reader ends quietly in the middle of a frame (a truncated file reads
+    as a shorter one), gzip raises a bare EOFError naming no file. Here each
+    compressed member (gzip member, zstd frame, bz2 or xz stream) must end
+    before the input does, or InputError names the file. Concatenated members
+    are read one after another; zero bytes after a gzip member are padding.
+    """
+
+    def __init__(self, raw: IO[bytes], path: str, codec: str):
+        self._raw, self._path, self._codec = raw, path, codec
+        self._member: Any = None  # the decompressor of the member being read
+        self._view = memoryview(b"")
+        self._pos = 0
+        self._consumed = 0  # compressed bytes read so far
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while self._pos >= len(self._view):
+            if self._done:
+                return 0
+            self._fill()
+        n = min(len(b), len(self._view) - self._pos)
+        b[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def _error(self, what: str) -> InputError:
+        return InputError(f"{self._path}: truncated or corrupt {self._codec} stream ({what}); "
+                          + _INCOMPLETE)
+
+    def _fill(self) -> None:
+        data = self._raw.read(_READ_SIZE)
+        if not data:
+            self._done = True
+            if self._member is not None:
+                raise self._error(f"the data ends inside a compressed {self._codec} stream, "
+                                  f"after {self._consumed} bytes")
+            if self._consumed == 0:
+                raise self._error("the file is empty; even a compressed empty file has a header")
+            self._view, self._pos = memoryview(b""), 0
+            return
+        self._consumed += len(data)
+        out = []
+        try:
+            while data:
+                if self._member is None:
+                    if self._codec == "gzip":
+                        data = data.lstrip(b"\0")
+                        if not data:
+                            break
+                    self._member = _decompressor(self._codec)
+                out.append(self._member.decompress(data))
+                if not self._member.eof:
+                    break
+                data = self._member.unused_data
+                self._member = None
+        except Exception as e:  # zlib.error, zstandard.ZstdError, OSError, lzma.LZMAError, EOFError
+            raise self._error(f"{type(e).__name__}: {e}, within the first {self._consumed} "
+                              "bytes") from None
+        self._view = memoryview(out[0] if len(out) == 1 else b"".join(out))
+        self._pos = 0
+
+
 @contextlib.contextmanager
 def open_input(path: str) -> Iterator[IO[bytes]]:
-    """A binary, decompressed stream of `path`."""
+    """A binary, decompressed stream of `path` (compression from its extension).
+
+    A truncated or corrupt compressed file raises InputError naming it, never
+    reads as a shorter file.
+    """
     filesystem, fs_path = fs.url_to_fs(path)
     with filesystem.open(fs_path, "rb") as raw:
         comp = compression_of(path)
-        if comp == "gzip":
-            import gzip
-
-            with gzip.GzipFile(fileobj=raw) as f:
-                yield f
-        elif comp == "zstd":
-            import zstandard
-
-            with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as f:
-                yield io.BufferedReader(f, 1 << 20)
-        elif comp is not None:
-            import fsspec.compression
-
-            with fsspec.compression.compr[comp](raw, mode="rb") as f:
-                yield f
-        else:
+        if comp is None:
             yield raw
+        else:
+            with io.BufferedReader(_Decompressed(raw, path, comp), 1 << 20) as f:
+                yield f
 
 
 try:  # orjson, where installed, parses JSON lines about 3x faster than the stdlib.
@@ -101,7 +199,27 @@ except ImportError:  # pragma: no cover - depends on the environment
     _DecodeError = (json.JSONDecodeError,)
 
 
+def _bad_line(path: str, lineno: int, line: bytes) -> Any:
+    """A line orjson rejects: the stdlib's value (integers over 64 bits, NaN), or InputError."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: line {lineno}: invalid UTF-8 at byte {e.start} of the line "
+                         f"({e.reason}); JSON lines must be UTF-8: re-encode the file "
+                         "(e.g. from Latin-1) or fix that line") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: line {lineno}: invalid JSON ({e.msg} at column {e.colno}); "
+                         "fix or remove that line") from None
+
+
 def iter_jsonl(path: str, cursor: Cursor | None = None) -> Iterator[Any]:
+    """The records of a JSON lines file; blank lines are skipped.
+
+    With `cursor`, its position is the record's index and its line the
+    record's 1-based line number (a bad line raises InputError naming both).
+    """
     with open_input(path) as f:
         index = -1
         for lineno, line in enumerate(f, 1):
@@ -110,14 +228,12 @@ def iter_jsonl(path: str, cursor: Cursor | None = None) -> Iterator[Any]:
             except _DecodeError:
                 if not line.strip():
                     continue  # blank lines are allowed
-                try:  # what orjson rejects but the stdlib reads (integers over 64 bits, NaN)
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}: line {lineno}: invalid JSON ({e.msg} at column "
-                                     f"{e.colno}); fix or remove that line") from None
+                if cursor is not None:
+                    cursor.file, cursor.position, cursor.line = path, index + 1, lineno
+                rec = _bad_line(path, lineno, line)
             index += 1
             if cursor is not None:
-                cursor.file, cursor.position = path, index
+                cursor.file, cursor.position, cursor.line = path, index, lineno
             yield rec
 
 
@@ -153,15 +269,44 @@ def iter_jsonl_batches(path: str) -> Iterator[pa.RecordBatch]:
     yield from _jsonl_batches_python(path, done)
 
 
+def _parquet_error(path: str, e: Exception) -> InputError:
+    return InputError(f"{path}: cannot read Parquet ({type(e).__name__}: {e}); the file is not a "
+                      "complete Parquet file (truncated or corrupt?): re-download or regenerate it")
+
+
 def iter_parquet_batches(path: str, columns: list[str] | None = None,
                          row_groups: list[int] | None = None) -> Iterator[pa.RecordBatch]:
     filesystem, fs_path = fs.url_to_fs(path)
     with filesystem.open(fs_path, "rb") as f:
-        pf = pq.ParquetFile(f)
-        groups = row_groups if row_groups is not None else list(range(pf.num_row_groups))
-        if not groups:
-            return
-        yield from pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns)
+        try:
+            pf = pq.ParquetFile(f)
+            groups = row_groups if row_groups is not None else list(range(pf.num_row_groups))
+            if not groups:
+                return
+            yield from pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns)
+        except pa.ArrowException as e:  # not OSError: a failed remote read may be transient
+            raise _parquet_error(path, e) from None
+
+
+def _first_invalid_utf8_line(path: str) -> tuple[int, int] | None:
+    """`(1-based line, byte in the line)` of the first invalid UTF-8 in `path` (error path only)."""
+    with open_input(path) as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return lineno, e.start
+    return None
+
+
+def _csv_error(path: str, e: Exception) -> InputError:
+    if "UTF8" in str(e) or "UTF-8" in str(e):
+        where = _first_invalid_utf8_line(path)
+        if where is not None:
+            return InputError(f"{path}: line {where[0]}: invalid UTF-8 at byte {where[1]} of the "
+                              "line; CSV files must be UTF-8: re-encode the file (e.g. from "
+                              "Latin-1) or fix that line")
+    return InputError(f"{path}: cannot read CSV: {e}")
 
 
 def iter_csv_batches(path: str, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
@@ -172,15 +317,26 @@ def iter_csv_batches(path: str, columns: list[str] | None = None) -> Iterator[pa
         except pa.ArrowInvalid as e:
             if "Empty CSV file" in str(e):
                 return
-            raise ValueError(f"{path}: cannot read CSV: {e}") from None
-        yield from reader
+            raise _csv_error(path, e) from None
+        except pa.ArrowException as e:
+            raise _csv_error(path, e) from None
+        if any(pa.types.is_binary(t) for t in reader.schema.types):
+            # Arrow infers binary, not string, for a column of invalid UTF-8 in its first block.
+            raise _csv_error(path, pa.ArrowInvalid("invalid UTF8 data"))
+        try:
+            yield from reader
+        except pa.ArrowException as e:  # e.g. invalid UTF-8 in a later block
+            raise _csv_error(path, e) from None
 
 
 def parquet_row_group_splits(path: str, approx_shard_bytes: int) -> list[list[int]]:
     """Row-group index lists of about approx_shard_bytes each (never splitting a group)."""
     filesystem, fs_path = fs.url_to_fs(path)
     with filesystem.open(fs_path, "rb") as f:
-        meta = pq.ParquetFile(f).metadata
+        try:
+            meta = pq.ParquetFile(f).metadata
+        except pa.ArrowException as e:
+            raise _parquet_error(path, e) from None
     splits: list[list[int]] = []
     current: list[int] = []
     size = 0

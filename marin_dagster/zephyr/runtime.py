@@ -140,7 +140,7 @@ def _with_path(stream: Iterator[Any], path: str, column: str, batches: bool) -> 
 
 def _read_file(inp: FileInput, batches: bool, cursor: Cursor) -> Iterator[Any]:
     load = inp.load
-    cursor.file, cursor.position = inp.path, -1
+    cursor.start(inp.path)
     if batches:
         stream = iter_file_batches(inp.path, load.format, load.columns, inp.row_groups)
     elif load.batch_mode:

@@ -1,0 +1,140 @@
+"""Bad input files, seen from Zephyr's user: a truncated, corrupt or mis-encoded file fails the
+run at once (no retry) with an error naming the file (and, for JSONL, the 1-based line); it is
+never read as a shorter file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from marin_dagster.zephyr import Dataset, InputError, ShardFailedError, ZephyrContext
+
+ROWS = [{"id": i, "text": f"document number {i}"} for i in range(200)]
+
+
+def _jsonl_bytes(rows: list[dict]) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+def _write(path, data: bytes) -> str:
+    with open(path, "wb") as f:
+        f.write(data)
+    return str(path)
+
+
+def _fails_once(ctx: ZephyrContext, ds: Dataset, *needles: str) -> ShardFailedError:
+    with pytest.raises(ShardFailedError) as err:
+        ctx.execute(ds)
+    msg = str(err.value)
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in {msg}"
+    assert err.value.attempts == 1, "a bad input file is not a transient error: no retry"
+    assert isinstance(err.value.__cause__, InputError)
+    return err.value
+
+
+def test_zst_reads_completely(local_ctx: ZephyrContext, tmp_path) -> None:
+    path = _write(tmp_path / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl_bytes(ROWS)))
+    res = local_ctx.execute(Dataset.from_files(path).load_jsonl())
+    assert sorted(r["id"] for r in res.results) == list(range(200))
+    assert res.counters["records_in"] == 200
+
+
+def test_multi_frame_zst_reads_completely(local_ctx: ZephyrContext, tmp_path) -> None:
+    c = zstandard.ZstdCompressor()
+    data = c.compress(_jsonl_bytes(ROWS[:50])) + c.compress(_jsonl_bytes(ROWS[50:]))
+    path = _write(tmp_path / "a.jsonl.zst", data)
+    res = local_ctx.execute(Dataset.from_files(path).load_jsonl())
+    assert [r["id"] for r in res.results] == list(range(200))
+
+
+def test_truncated_small_zst_is_refused(local_ctx: ZephyrContext, tmp_path) -> None:
+    data = zstandard.ZstdCompressor().compress(_jsonl_bytes(ROWS[:5]))
+    path = _write(tmp_path / "small.jsonl.zst", data[: len(data) - 3])
+    _fails_once(local_ctx, Dataset.from_files(path).load_jsonl(), "small.jsonl.zst", "truncated")
+
+
+def test_truncated_gz_is_refused_without_retry(local_ctx: ZephyrContext, tmp_path) -> None:
+    data = gzip.compress(_jsonl_bytes(ROWS))
+    path = _write(tmp_path / "cut.jsonl.gz", data[: len(data) // 2])
+    ctx = ZephyrContext(max_workers=1, backend="inline", max_shard_failures=3)
+    err = _fails_once(ctx, Dataset.from_files(path).load_jsonl(), "cut.jsonl.gz",
+                      "truncated or corrupt gzip stream", "re-download or regenerate")
+    assert "EOFError" not in str(err).split("\n")[0]
+
+
+def test_truncated_gz_in_batch_mode_is_refused(local_ctx: ZephyrContext, tmp_path) -> None:
+    data = gzip.compress(_jsonl_bytes(ROWS))
+    path = _write(tmp_path / "cut.jsonl.gz", data[:-6])
+    ds = Dataset.from_files(path).load_jsonl().map_batches(lambda b: b).write_parquet(
+        str(tmp_path / "out-{shard}.parquet"))
+    _fails_once(local_ctx, ds, "cut.jsonl.gz", "truncated or corrupt gzip stream")
+
+
+def test_empty_compressed_file_is_refused(local_ctx: ZephyrContext, tmp_path) -> None:
+    path = _write(tmp_path / "empty.jsonl.gz", b"")
+    _fails_once(local_ctx, Dataset.from_files(path).load_jsonl(), "empty.jsonl.gz")
+
+
+def test_invalid_utf8_names_file_and_line(local_ctx: ZephyrContext, tmp_path) -> None:
+    lines = [json.dumps(r).encode() for r in ROWS[:3]] + [b"", b""]
+    lines.append(b'{"id": 5, "text": "caf\xe9 au lait"}')
+    path = _write(tmp_path / "latin1.jsonl", b"\n".join(lines) + b"\n")
+    _fails_once(local_ctx, Dataset.from_files(path).load_jsonl(), "latin1.jsonl", "line 6",
+                "UTF-8")
+
+
+def test_invalid_json_error_names_the_line_not_the_record(local_ctx: ZephyrContext,
+                                                          tmp_path) -> None:
+    lines = [json.dumps(r) for r in ROWS[:3]] + ["", "", '{"id": 5, "text": ']
+    path = _write(tmp_path / "broken.jsonl", "\n".join(lines).encode() + b"\n")
+    err = _fails_once(local_ctx, Dataset.from_files(path).load_jsonl(), "broken.jsonl",
+                      "line 6")
+    assert "record 2 of" not in str(err)
+
+
+def test_user_error_names_the_line(local_ctx: ZephyrContext, tmp_path) -> None:
+    # Records 0..3 on lines 1, 2, 4, 6: the failing record 3 is on line 6.
+    lines = [json.dumps(ROWS[0]), json.dumps(ROWS[1]), "", json.dumps(ROWS[2]), "",
+             json.dumps({"id": "bad", "text": "x"})]
+    path = _write(tmp_path / "gaps.jsonl", "\n".join(lines).encode() + b"\n")
+
+    def check(r: dict) -> dict:
+        if r["id"] == "bad":
+            raise ValueError("bad id")
+        return r
+
+    with pytest.raises(ShardFailedError) as err:
+        local_ctx.execute(Dataset.from_files(path).load_jsonl().map(check))
+    assert "line 6 of" in str(err.value) and "gaps.jsonl" in str(err.value)
+
+
+def test_truncated_parquet_names_the_file(local_ctx: ZephyrContext, tmp_path) -> None:
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.Table.from_pylist(ROWS), good)
+    data = good.read_bytes()
+    path = _write(tmp_path / "cut.parquet", data[: len(data) - 10])
+    _fails_once(local_ctx, Dataset.from_files(path).load_parquet(), "cut.parquet",
+                "not a complete Parquet file")
+
+
+def test_corrupt_csv_names_file_and_line(local_ctx: ZephyrContext, tmp_path) -> None:
+    body = b"id,text\n1,one\n2,two\n3,caf\xe9\n4,four\n"
+    path = _write(tmp_path / "latin1.csv", body)
+    _fails_once(local_ctx, Dataset.from_files(path).load_csv(), "latin1.csv", "line 4")
+
+
+def test_good_and_truncated_file_never_give_the_good_half(local_ctx: ZephyrContext,
+                                                          tmp_path) -> None:
+    os.makedirs(tmp_path / "in")
+    _write(tmp_path / "in" / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl_bytes(ROWS)))
+    data = zstandard.ZstdCompressor().compress(_jsonl_bytes(ROWS))
+    _write(tmp_path / "in" / "b.jsonl.zst", data[: len(data) * 2 // 3])
+    _fails_once(local_ctx, Dataset.from_files(str(tmp_path / "in" / "*.jsonl.zst")).load_jsonl(),
+                "b.jsonl.zst")
