@@ -92,9 +92,7 @@ def _run_train(config: TrainLmStepConfig, inputs: Mapping[str, str], output_path
     )
     result = train(train_config, output_path, settings=levanter.settings(),
                    on_metrics=levanter.metrics_logger(step.log),
-                   decode=lambda ids: tok.decode(ids, skip_special_tokens=True))
-    if result.resumed_from_step:
-        step.log.info(f"resumed from the checkpoint at step {result.resumed_from_step}")
+                   decode=lambda ids: tok.decode(ids, skip_special_tokens=True), log=step.log)
     meta: dict[str, Any] = {
         "final_train_loss": round(result.final_train_loss, 4),
         "eval_loss": None if result.eval_loss is None else round(result.eval_loss, 4),

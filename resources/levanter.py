@@ -24,7 +24,9 @@ class LevanterResource(dg.ConfigurableResource):
     num_devices: int | None = Field(default=None, description="devices in the mesh; None: all local devices")
     mesh: Literal["data_parallel", "fsdp"] = Field(
         default="data_parallel", description="replicated parameters, or parameters sharded over the devices")
-    checkpoint_every_steps: int | None = Field(default=None, description="save every N steps")
+    checkpoint_every_steps: int | None = Field(
+        default=None, description="save every N steps; None: every tenth of the run (at most a tenth "
+                                  "of the work is lost when a run is killed)")
     checkpoint_every_minutes: float | None = Field(default=10.0, description="save every N minutes")
     keep: int | None = Field(default=2, description="checkpoints kept (None: all)")
     log_every: int = Field(default=10, description="log loss, lr, grad norm, tokens/s, MFU every N steps")

@@ -122,6 +122,8 @@ class TrainerSettings:
     compute_dtype: str = "float32"
     num_devices: int | None = None  # None: all local devices
     parallelism: Parallelism = "data_parallel"
+    # None: every tenth of the run (num_train_steps / 10, rounded up), so a killed run loses at
+    # most a tenth of its work however short it is; the minutes bound long runs.
     checkpoint_every_steps: int | None = None
     checkpoint_every_minutes: float | None = 10.0
     keep: int | None = 2
@@ -135,6 +137,8 @@ class TrainerSettings:
             raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}")
         if self.parallelism not in PARALLELISMS:
             raise ValueError(f"parallelism must be one of {PARALLELISMS}, got {self.parallelism!r}")
+        if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
+            raise ValueError(f"checkpoint_every_steps must be positive or None, got {self.checkpoint_every_steps}")
         if self.log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")
 
@@ -343,16 +347,27 @@ def _mean_eval_loss(results: Mapping[str, EvalResult]) -> float | None:
 
 # --- the loop -------------------------------------------------------------------------------
 
+def checkpoint_interval(config: TrainLmConfig, settings: TrainerSettings) -> int:
+    """Steps between checkpoints: the config's, else the settings', else a tenth of the run."""
+    for every in (config.checkpoint_every, settings.checkpoint_every_steps):
+        if every is not None:
+            return every
+    return max(1, math.ceil(config.num_train_steps / 10))
+
+
 def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings | None = None,
           on_metrics: Callable[[dict[str, Any]], None] | None = None,
           decode: Callable[[list[int]], str] | None = None,
-          sample_prompt: list[int] | None = None) -> TrainResult:
+          sample_prompt: list[int] | None = None,
+          log: logging.Logger | Any = None) -> TrainResult:
     """Train (or resume training) the model of `config`; outputs under `output_path`.
 
     `on_metrics` receives each logged row (every `settings.log_every` steps, and
     eval rows). `decode` turns token ids into text for the sample generated at the
-    end (from `sample_prompt`, default the EOS token).
+    end (from `sample_prompt`, default the EOS token). `log` (default this module's
+    logger) hears what the run does besides metrics, such as resuming.
     """
+    log = log or logger
     settings = settings or TrainerSettings()
     output_path = fs.normalize(output_path)
     mesh = make_mesh(settings.num_devices)
@@ -387,7 +402,7 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
     checkpointer = Checkpointer(
         fs.join(output_path, "checkpoints"),
         keep=config.keep if config.keep is not None else settings.keep,
-        every_steps=config.checkpoint_every if config.checkpoint_every is not None else settings.checkpoint_every_steps,
+        every_steps=checkpoint_interval(config, settings),
         every_minutes=settings.checkpoint_every_minutes)
     metrics_log = MetricsLog(fs.join(output_path, "metrics.jsonl"))
     try:
@@ -398,7 +413,8 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
             state, _ = checkpointer.restore(latest, state)
             start = int(jax.device_get(state["step"]))
             metrics_log.load_until(start, drop_eval_at_end=start >= config.num_train_steps)
-            logger.info("resuming %s from step %d", output_path, start)
+            log.info(f"resumed from step {start} (the checkpoint in {checkpointer.step_path(start)}); "
+                     f"{config.num_train_steps - start} of {config.num_train_steps} steps to go")
         resumed_from = start if latest is not None else None
 
         last_loss = float("nan")

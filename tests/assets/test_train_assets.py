@@ -89,27 +89,37 @@ def test_train_lm_rejects_bad_mixtures(tmp_path):
 
 
 def _materialize_main() -> None:
-    """Subprocess entry: materialize the tiny experiment against DAGSTER_HOME."""
+    """Subprocess entry: materialize the tiny experiment against DAGSTER_HOME, with the
+    checkpoint policy as shipped (no checkpoint_every on the step, the resource's defaults)."""
+    from resources.levanter import LevanterResource
+
     prefix, downloads = sys.argv[1], sys.argv[2]
-    assets = build(steps=40, checkpoint_every=5)
-    result = dg.materialize(assets[:4], instance=dg.DagsterInstance.get(),
-                            resources=_resources(prefix, downloads))
-    sys.stdout.write(json.dumps({"resumed_from_step": _meta(result, assets[3])["resumed_from_step"]}) + "\n")
+    assets = build(steps=40)
+    instance = dg.DagsterInstance.get()
+    result = dg.materialize(assets[:4], instance=instance,
+                            resources={**_resources(prefix, downloads), "levanter": LevanterResource(log_every=2)})
+    step_log = [e.user_message for e in instance.all_logs(result.run_id)
+                if e.step_key == assets[3].op.name and not e.is_dagster_event]
+    sys.stdout.write(json.dumps({"resumed_from_step": _meta(result, assets[3])["resumed_from_step"],
+                                 "step_log": step_log}) + "\n")
 
 
 def test_killed_training_resumes_from_its_checkpoint(tmp_path, dagster_home, downloads):
+    """Killed at step 30 of 40 with the default checkpoint policy (a checkpoint every tenth of
+    the run), the rerun resumes from step 28, says so before training, and ends with the
+    parameters of an uninterrupted run."""
     prefix = str(tmp_path / "data")
     cmd = [sys.executable, "-c", "from tests.assets.test_train_assets import _materialize_main; _materialize_main()",
            prefix, downloads]
     proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    model = build(steps=40, checkpoint_every=5)[3]
+    model = build(steps=40)[3]
     output = fs.join(prefix, f"checkpoints/tiny-shakespeare-{model.code_versions_by_key[model.key]}")
     deadline = time.time() + 600
-    while not (os.path.isdir(output) and any(n.isdigit() and int(n) >= 10 for n in _checkpoint_steps(output))):
+    while not (os.path.isdir(output) and any(n.isdigit() and int(n) >= 28 for n in _checkpoint_steps(output))):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.2)
+        time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     from marin_dagster.execution.status import StepStatus, read_status
@@ -118,7 +128,12 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path, dagster_home, dow
     assert not fs.exists(fs.join(output, "params.npz")), "the final params are written only at the end"
     rerun = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert json.loads(rerun.stdout.splitlines()[-1])["resumed_from_step"] >= 10
+    report = json.loads(rerun.stdout.splitlines()[-1])
+    assert 28 <= report["resumed_from_step"] < 40, "killed after the last step: the test is too slow"
+    step_log = report["step_log"]
+    said = [i for i, m in enumerate(step_log) if m.startswith(f"resumed from step {report['resumed_from_step']} ")]
+    trained = [i for i, m in enumerate(step_log) if m.startswith("step ")]
+    assert said and trained and said[0] < trained[0], step_log
 
     clean_prefix = str(tmp_path / "clean")
     clean = subprocess.run([*cmd[:3], clean_prefix, downloads], cwd=REPO, env=subprocess_env(),
