@@ -67,8 +67,11 @@ def describe_holder(lock: dict[str, Any]) -> str:
 class Lease:
     """Hold with `with Lease(output_path, settings, run_id=...):` around the step's work."""
 
-    def __init__(self, output_path: str, settings: LeaseSettings | None = None, run_id: str | None = None):
+    def __init__(self, output_path: str, settings: LeaseSettings | None = None, run_id: str | None = None,
+                 log: logging.Logger | Any = None):
         self.path = fs.join(output_path, LOCK_FILE)
+        # The run's own log (Dagster's, in a step), so a takeover shows where the user looks.
+        self.log = log or logger
         self.settings = settings or LeaseSettings()
         self.run_id = run_id
         self.token = uuid.uuid4().hex
@@ -133,7 +136,7 @@ class Lease:
         return bool(lock) and lock.get("token") == self.token
 
     def _break(self, lock: dict[str, Any]) -> None:
-        logger.warning("taking over stale lease %s held by %s", self.path, describe_holder(lock))
+        self.log.warning(f"taking over the stale lease {self.path} held by {describe_holder(lock)}")
         fsys, p = fs.url_to_fs(self.path)
         if isinstance(fsys, LocalFileSystem):
             # rename is atomic: of two runs breaking the same stale lease one wins.
@@ -168,7 +171,7 @@ class Lease:
                         f"{self.settings.stale_after_s:.0f}s for its lease to go stale."
                     )
                 if not waited:
-                    logger.info("waiting for %s held by %s", self.path, describe_holder(lock))
+                    self.log.info(f"waiting for {self.path} held by {describe_holder(lock)}")
                     waited = True
             time.sleep(self.settings.poll_s)
         self._thread = threading.Thread(target=self._heartbeat, name="marin-lease", daemon=True)
@@ -179,7 +182,7 @@ class Lease:
             lock = self.read()
             if lock is None or lock.get("token") != self.token:
                 self.lost = describe_holder(lock) if lock else "nobody (the lease file was removed)"
-                logger.error("lease %s lost to %s", self.path, self.lost)
+                self.log.error(f"lease {self.path} lost to {self.lost}")
                 return
             fs.write_bytes(self.path, self._record())
 

@@ -86,7 +86,7 @@ def execute_step(
     if not force and (record := _done(output_path, version)) is not None:
         log.info(f"{output_path} is already SUCCESS at version {version}: skipping")
         return _skipped(output_path, record)
-    with Lease(output_path, lease, run_id=run_id) as held:
+    with Lease(output_path, lease, run_id=run_id, log=log) as held:
         # Another run may have finished the work while we waited for the lease.
         if not force and (record := _done(output_path, version)) is not None:
             log.info(f"{output_path} was finished by another run while waiting: skipping")
