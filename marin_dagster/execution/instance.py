@@ -7,6 +7,7 @@ would lose every run; DESIGN section 8.
 from __future__ import annotations
 
 import os
+import socket
 
 import dagster as dg
 
@@ -41,3 +42,91 @@ def ensure_home(home: str | None = None) -> str:
 def persistent_instance() -> dg.DagsterInstance:
     os.environ["DAGSTER_HOME"] = ensure_home()
     return dg.DagsterInstance.get()
+
+
+# Which process drives a run, recorded by the Iris executor when the run starts, so that a run
+# whose process was killed (kill -9, OOM, a closed laptop) can be told apart from a live one.
+RUN_PID_TAG = "marin/run_pid"
+RUN_HOST_TAG = "marin/run_host"
+RUN_PROCESS_START_TAG = "marin/run_process_start"
+
+
+def process_start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/PID/stat), or None where unknown.
+
+    Together with the pid it names one process: a pid alone may have been reused since.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name, in parentheses, may itself hold spaces and parentheses.
+    fields = stat[stat.rfind(")") + 2:].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _process_gone(pid: int, started: int | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # someone else's process: alive, though not necessarily ours (checked below)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                return True  # killed, not yet reaped by its parent
+    except (OSError, IndexError):
+        pass
+    now = process_start_time(pid)
+    return started is not None and now is not None and now != started
+
+
+def run_process_tags() -> dict[str, str]:
+    """The tags naming this process as the driver of a run (see `fail_orphaned_runs`)."""
+    tags = {RUN_PID_TAG: str(os.getpid()), RUN_HOST_TAG: socket.gethostname()}
+    started = process_start_time(os.getpid())
+    if started is not None:
+        tags[RUN_PROCESS_START_TAG] = str(started)
+    return tags
+
+
+def fail_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
+    """End the runs whose driving process on this host is gone; returns their run ids.
+
+    A run whose process was killed outright never records its end and would stay STARTED
+    (or CANCELING) forever. Only runs tagged by the Iris executor on this host are judged;
+    a STARTED one is marked FAILURE, a CANCELING one CANCELED. Runs on other hosts, and runs
+    without the tags, are left alone: from here nobody can tell whether they are alive.
+    """
+    host = socket.gethostname()
+    ended = []
+    runs = instance.get_runs(filters=dg.RunsFilter(
+        statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING],
+        tags={RUN_HOST_TAG: host},
+    ))
+    for run in runs:
+        try:
+            pid = int(run.tags[RUN_PID_TAG])
+        except (KeyError, ValueError):
+            continue
+        started_tag = run.tags.get(RUN_PROCESS_START_TAG)
+        started = int(started_tag) if started_tag and started_tag.isdigit() else None
+        if not _process_gone(pid, started):
+            continue
+        message = (
+            f"The process driving this run (pid {pid} on {host}) is gone: it was killed or "
+            f"crashed before the run could record its end, so the run is marked "
+            f"{'CANCELED' if run.status == dg.DagsterRunStatus.CANCELING else 'FAILED'}. Its "
+            f"step outputs left RUNNING are taken over by the next run."
+        )
+        if run.status == dg.DagsterRunStatus.CANCELING:
+            instance.report_run_canceled(run, message=message)
+        else:
+            instance.report_run_failed(run, message=message)
+        ended.append(run.run_id)
+    return ended

@@ -14,6 +14,11 @@ reason is retried up to `max_retries_failure` times; a step that reports its own
 follows the asset's Dagster `retry_policy` (none by default). Terminating the run stops the
 step process groups and deletes the run's Jobs.
 
+The run's process is recorded on the run (tags `marin/run_pid`, `marin/run_host`), and local
+step workers die with their process group when it is gone, so `kill -9` of the run leaves no
+step running. Each run's executor, at start, marks the runs on this host whose process is
+gone as FAILURE (`marin_dagster.execution.instance.fail_orphaned_runs`).
+
 The handler keeps its state (queue, leases, processes) between the executor's calls to
 launch/check/terminate; the executor calls `check_step_health` every
 `check_step_health_interval_seconds`, which is also when queued steps start.
@@ -57,6 +62,7 @@ from dagster._core.executor.step_delegating import (
 )
 from dagster._utils.error import SerializableErrorInfo
 
+from marin_dagster.execution.instance import fail_orphaned_runs, run_process_tags
 from marin_dagster.iris import placement
 from marin_dagster.iris.executor_k8s import (
     KubernetesLauncher,
@@ -66,6 +72,7 @@ from marin_dagster.iris.executor_k8s import (
 )
 from marin_dagster.iris.inventory import DeviceLeases, LocalInventory, default_lease_dir
 from marin_dagster.iris.processes import (
+    RUN_PID_ENV,
     reap_group,
     start_process_group,
     stop_process_group,
@@ -242,6 +249,7 @@ class IrisStepHandler(StepHandler):
         self._preemptions: Counter[str] = Counter()
         self._crash_retries: Counter[str] = Counter()
         self._validated = False
+        self._cpu_warned: set[str] = set()
         # The executor calls from one thread; the lock guards against a caller that doesn't.
         self._lock = threading.RLock()
 
@@ -393,7 +401,9 @@ class IrisStepHandler(StepHandler):
             placement.LAUNCHER_ENV: "local",
             placement.ATTEMPT_ENV: str(st.attempt),
             "DAGSTER_RUN_STEP_KEY": st.key,
+            RUN_PID_ENV: str(os.getpid()),
         })
+        self._warn_if_cores_short(st, host)
         executable = args.job_origin.executable_path or sys.executable
         try:
             st.proc = start_process_group([executable, "-m", WORKER_MODULE], env)
@@ -418,6 +428,19 @@ class IrisStepHandler(StepHandler):
                 "pid": MetadataValue.text(str(st.proc.pid)),
                 "env": MetadataValue.json(visible),
             },
+        )
+
+    def _warn_if_cores_short(self, st: _Step, host: str) -> None:
+        # Only here, not when the asset is defined: the same experiment may run on a k8s node
+        # that has the cores. Locally nothing pins cores, so the step runs on what there is.
+        cores = available_cores()
+        if st.request.cpu <= cores or st.key in self._cpu_warned:
+            return
+        self._cpu_warned.add(st.key)
+        st.context.get_step_context(st.key).log.warning(
+            f'Step "{st.key}" asks for {st.request} ({st.request.cpu:g} CPU cores) but this '
+            f"machine ({host}) has {cores}; it runs with the {cores} there are. Lower the "
+            f"request, or run it with launcher='kubernetes' on a node that has the cores."
         )
 
     def _start_k8s(self, st: _Step) -> DagsterEvent:
@@ -597,6 +620,14 @@ class IrisStepHandler(StepHandler):
         yield self._event(st, message)
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's cpuset, taskset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 class IrisExecutor(StepDelegatingExecutor):
     """The step-delegating executor, plus cleanup of the handler when the run's plan is done."""
 
@@ -604,8 +635,26 @@ class IrisExecutor(StepDelegatingExecutor):
         super().__init__(step_handler, **kwargs)
         self._iris_handler = step_handler
 
+    def _claim_run(self, plan_context: Any) -> Iterator[DagsterEvent]:
+        """Record this process as the run's driver, and end the runs whose driver is gone."""
+        instance = plan_context.instance
+        instance.add_run_tags(plan_context.run_id, run_process_tags())
+        try:
+            ended = fail_orphaned_runs(instance)
+        except Exception as e:  # noqa: BLE001 -- tidying other runs must not fail this one
+            plan_context.log.warning(f"Iris could not check for runs whose process is gone: {e!r}")
+            return
+        if ended:
+            yield DagsterEvent.engine_event(
+                plan_context,
+                f"Marked {len(ended)} run(s) whose process on this host is gone as ended: "
+                + ", ".join(ended),
+                EngineEventData(metadata={"runs": MetadataValue.json(ended)}),
+            )
+
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[DagsterEvent]:
         try:
+            yield from self._claim_run(plan_context)
             yield from super().execute(plan_context, execution_plan)
         finally:
             self._iris_handler.close()
@@ -637,6 +686,7 @@ def iris_executor(init_context: InitExecutorContext) -> Executor:
 
 __all__ = [
     "IRIS_EXECUTOR_CONFIG_SCHEMA",
+    "available_cores",
     "IrisExecutor",
     "IrisSettings",
     "IrisStepHandler",

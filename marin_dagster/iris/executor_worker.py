@@ -5,15 +5,21 @@ STEP_FAILURE and never be retried. Here SIGTERM keeps its default action: the pr
 the signal without reporting, and the Iris step handler, which sees exit -15 (or a pod's 143),
 retries it as a preemption. Run termination uses SIGINT, which Dagster still records.
 
+A step worker started by the local launcher also dies, with its whole process group, when the
+run's process that started it is gone (see `processes.die_with_run_process`).
+
     python -m marin_dagster.iris.executor_worker   # args in DAGSTER_COMPRESSED_EXECUTE_STEP_ARGS
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 from dagster._utils import interrupts
+
+from marin_dagster.iris.processes import RUN_PID_ENV, die_with_run_process
 
 
 def _keep_sigterm_default() -> None:
@@ -21,6 +27,10 @@ def _keep_sigterm_default() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Popped, so that the step's own children do not inherit a parent that is not theirs.
+    run_pid = os.environ.pop(RUN_PID_ENV, None)
+    if run_pid:
+        die_with_run_process(int(run_pid))
     # Dagster re-installs its handlers whenever it enters an interrupt scope; patch the hook.
     interrupts.setup_interrupt_handlers = _keep_sigterm_default
     _keep_sigterm_default()

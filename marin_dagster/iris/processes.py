@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
 PREEMPTION_SIGNALS = (signal.SIGTERM,)
+# The pid of the process that started a step worker (the run's process, which runs the
+# executor); the worker leaves with its whole group when that process is gone.
+RUN_PID_ENV = "MARIN_IRIS_RUN_PID"
 
 
 def start_process_group(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
@@ -60,3 +65,48 @@ def exit_as_preempted() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
     # The signal is delivered before os.kill returns on Linux; this is not reached.
     time.sleep(60)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] == "Z"  # dead, not yet reaped
+    except (OSError, IndexError):
+        return False
+
+
+def die_with_run_process(run_pid: int, poll_seconds: float = 0.5) -> threading.Thread:
+    """Kill this process's group as soon as `run_pid`, the run's process, is gone.
+
+    A step worker runs in its own session, so `kill -9` of the run's process group (or the OOM
+    killer taking the run's process) does not reach it: it would finish its step and write
+    SUCCESS for a run that stays STARTED forever. The run's process is normally the parent,
+    and a dead parent's children are reparented at once, so a changed `getppid()` tells;
+    the pid itself is watched too, for an interpreter wrapper that forks between the two.
+    PR_SET_PDEATHSIG would not do: it reaches this process only, not the Zephyr workers it
+    started, and it fires when the parent *thread* that spawned us exits.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent and not _gone(run_pid):
+            time.sleep(poll_seconds)
+        sys.stderr.write(
+            f"marin iris: the run's process (pid {run_pid}) is gone; stopping step worker "
+            f"{os.getpid()} and its process group\n"
+        )
+        sys.stderr.flush()
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        # Not a group leader (started by hand, not by Iris): the group is not ours to kill.
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="marin-iris-run-watch", daemon=True)
+    thread.start()
+    return thread
