@@ -121,7 +121,7 @@ class LocalInventory:
         if request.replicas > 1:
             raise ResourceConfigError(
                 f"step {step!r} asks for {request} ({request.replicas} replicas); the local "
-                f"launcher runs one replica per step: use launcher='kubernetes' or replicas=1"
+                f"launcher runs one replica per step, and so does the Kubernetes one: use replicas=1"
             )
         wanted = request.accelerator_count
         usable = self.serving(request)

@@ -112,6 +112,11 @@ class TpuConfig:
     def __post_init__(self) -> None:
         generation, size = _split_tpu(self.variant)
         gen = TPU_GENERATIONS[generation]
+        if size < 1:
+            raise ResourceConfigError(
+                f"TPU {self.variant!r}: a slice has at least one chip; write e.g. "
+                f"tpu:{generation}-{gen.cores_per_chip_in_name * 4}"
+            )
         if size % gen.cores_per_chip_in_name:
             raise ResourceConfigError(
                 f"TPU {self.variant!r}: size must be a multiple of {gen.cores_per_chip_in_name}"
@@ -244,6 +249,13 @@ class ResourceConfig:
         object.__setattr__(self, "disk", _short_size(parse_bytes(self.disk, "disk")))
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ResourceConfigError(f"replicas={self.replicas!r} must be a positive integer")
+        if self.replicas > 1 and isinstance(self.device, CpuConfig):
+            # Refused here, not at launch: no launcher could ever run it, whatever the machine.
+            raise ResourceConfigError(
+                f"replicas={self.replicas} asks for {self.replicas} accelerator slices "
+                f"(multislice), but this step is CPU-only and runs as one process: drop "
+                f"replicas=, or ask for more cores with cpu=N"
+            )
 
     # -- constructors -------------------------------------------------------------------
 

@@ -210,3 +210,18 @@ def train_tpu() -> None:
 
 def k8s_job() -> dg.JobDefinition:
     return _iris_job("k8s_job", [train_gpu, train_tpu])
+
+
+# -- more cores than the machine has ------------------------------------------------------------
+
+# cpu:64, or more where the machine running the tests has 64 cores or more.
+MANY_CORES = max(64, 2 * (os.cpu_count() or 1))
+
+
+@dg.asset(op_tags=ResourceConfig.parse(f"cpu:{MANY_CORES}").to_op_tags())
+def many_cores() -> None:
+    _record("many_cores.ran")
+
+
+def many_cores_job() -> dg.JobDefinition:
+    return _iris_job("many_cores_job", [many_cores])

@@ -64,6 +64,10 @@ def test_options_and_aliases():
         ("tpu:v4-7", ["multiple of 2"]),
         ("tpu:v5e-6", ["not a power of two"]),
         ("tpu", ["name the TPU slice"]),
+        ("tpu:v5e-0", ["at least one chip", "tpu:v5e-4"]),
+        ("tpu:v4-0", ["at least one chip", "tpu:v4-8"]),
+        ("gpu:h100x0", ["GPU count must be at least 1"]),
+        ("cpu replicas=2", ["replicas=2", "CPU-only", "cpu=N"]),
         ("", ["expected a string"]),
     ],
 )
@@ -140,6 +144,8 @@ devices = st.one_of(
     replicas=st.integers(1, 4),
 )
 def test_canonical_string_round_trips(device, cpu, ram, preemptible, replicas):
+    if isinstance(device, CpuConfig):
+        replicas = 1  # several replicas are accelerator slices; refused on CPU
     rc = ResourceConfig(cpu=cpu, ram=ram, device=device, preemptible=preemptible, replicas=replicas)
     assert ResourceConfig.parse(rc.to_string()) == rc
     assert ResourceConfig.from_op_tags(rc.to_op_tags()) == rc
