@@ -25,9 +25,9 @@ def _table(counts: Mapping[str, Any]) -> str:
 
 def _run(config: DedupConfig, inputs: Mapping[str, str], output_path: str,
          step: StepContext) -> dict[str, Any]:
-    zephyr = step.resources.zephyr
-    result = deduplicate(dataset_files(inputs["source"]), output_path, config=config,
-                         max_workers=zephyr.max_workers, backend=zephyr.backend)
+    with step.resources.zephyr.context(log=step.log) as zephyr_context:
+        result = deduplicate(dataset_files(inputs["source"]), output_path, config=config,
+                             context=zephyr_context)
     counts = result.flat_counts()
     step.log.info(f"dedup ({config.mode}): {counts}")
     return {

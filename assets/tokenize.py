@@ -144,20 +144,20 @@ def _samples_markdown(cache_path: str, tokenizer_dir: str, n: int = 3, chars: in
 
 def _run_tokenized(config: TokenizedConfig, inputs: Mapping[str, str], output_path: str,
                    step: StepContext) -> dict[str, Any]:
-    zephyr = step.resources.zephyr
-    stats = build_token_cache(
-        dataset_files(inputs["source"]),
-        fs.join(inputs["tokenizer"], TOKENIZER_FILE),
-        output_path,
-        text_key=config.text_key,
-        id_key=config.id_key,
-        append_eos=config.append_eos,
-        sample_count=config.sample_count,
-        validation_fraction=0.0 if "validation" in inputs else config.validation_fraction,
-        validation_files=dataset_files(inputs["validation"]) if "validation" in inputs else None,
-        skip_bad_records=config.skip_bad_records,
-        max_workers=zephyr.max_workers,
-    )
+    with step.resources.zephyr.context(log=step.log) as zephyr_context:
+        stats = build_token_cache(
+            dataset_files(inputs["source"]),
+            fs.join(inputs["tokenizer"], TOKENIZER_FILE),
+            output_path,
+            text_key=config.text_key,
+            id_key=config.id_key,
+            append_eos=config.append_eos,
+            sample_count=config.sample_count,
+            validation_fraction=0.0 if "validation" in inputs else config.validation_fraction,
+            validation_files=dataset_files(inputs["validation"]) if "validation" in inputs else None,
+            skip_bad_records=config.skip_bad_records,
+            context=zephyr_context,
+        )
     step.log.info(f"token cache: {stats.shards_processed} shards tokenized, "
                   f"{stats.shards_skipped} already done")
     meta: dict[str, Any] = {

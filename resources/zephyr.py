@@ -40,7 +40,11 @@ class ZephyrResource(dg.ConfigurableResource):
     log_every_shards: int = 0
     """Log a progress line every N finished shards (0: at 0%, 25%, 50%, 75% and 100%)."""
 
-    def context(self, progress: Any = None) -> ZephyrContext:
+    def context(self, progress: Any = None, *, log: Any = None) -> ZephyrContext:
+        """A ZephyrContext with this resource's settings; with `log` (e.g. a step's
+        `context.log`), stage progress goes there while the pipeline runs."""
+        if progress is None and log is not None:
+            progress = self._progress_logger(log)
         return ZephyrContext(max_workers=self.max_workers, backend=self.backend,
                              memory_budget=self.memory_budget,
                              max_shard_failures=self.max_shard_failures, progress=progress,
@@ -66,7 +70,7 @@ class ZephyrResource(dg.ConfigurableResource):
                 | None = None, dry_run: bool = False) -> ZephyrExecutionResult:
         """Run `dataset`; with a Dagster context, progress goes to its run log."""
         log = context.log if context is not None else _log
-        with self.context(self._progress_logger(log)) as ctx:
+        with self.context(log=log) as ctx:
             result = ctx.execute(dataset, dry_run=dry_run)
         log.info(f"zephyr done: {result.counters.as_dict()}")
         return result

@@ -299,12 +299,18 @@ def _sample_limits(files: Sequence[str], sample_count: int | None,
 
 
 def run_jobs(jobs: Sequence[ShardJob], max_workers: int | None, backend: str = "local",
-             **context_options: Any) -> list[ShardResult]:
-    """Run the shard jobs as one Zephyr stage, one shard per job; results in job order."""
+             context: ZephyrContext | None = None, **context_options: Any) -> list[ShardResult]:
+    """Run the shard jobs as one Zephyr stage, one shard per job; results in job order.
+
+    On `context` when given (the caller's workers, backend and progress), else on a
+    context of its own.
+    """
     if not jobs:
         return []
     ds = Dataset.from_list(list(jobs)).reshard(len(jobs)).map(run_shard_job)
     try:
+        if context is not None:
+            return list(context.execute(ds).results)
         with ZephyrContext(max_workers=max_workers, backend=backend, **context_options) as ctx:
             return list(ctx.execute(ds).results)
     except ShardFailedError as e:
@@ -337,16 +343,19 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
                       validation_files: str | Sequence[str] | None = None,
                       skip_bad_records: bool = False, dtype: Any | None = None,
                       max_workers: int | None = None, backend: str = "local",
-                      ) -> TokenCacheStats:
+                      context: ZephyrContext | None = None) -> TokenCacheStats:
     """Tokenize ``source_files`` into a token cache at ``output_path``; resumable by shard.
 
     ``tokenizer``: a Tokenizer, a tokenizer.json path, a directory holding one,
     or a hub name. The validation split is either ``validation_fraction`` of the
     source held out by a stable hash of each document's id (``id_key``; the
     text's hash when a record has none) or the separate ``validation_files``.
-    The shards run as a Zephyr stage: ``backend`` is a ZephyrContext backend
-    ("local" worker processes, "ray", or "inline" in this process).
+    The shards run as a Zephyr stage: on ``context`` when given (its workers,
+    backend and progress callback), else on a context of ``max_workers`` on
+    ``backend`` ("local" worker processes, "ray", or "inline" in this process).
     """
+    if context is not None:
+        max_workers, backend = context.max_workers, context.backend_name
     if validation_files is not None and validation_fraction > 0:
         raise ValueError("give either validation_fraction or validation_files, not both")
     options = TokenizeOptions(text_key=text_key, id_key=id_key, append_eos=append_eos,
@@ -378,7 +387,7 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
 
     logger.info("tokenizing %d shards into %s (%s backend, max_workers=%s)", len(jobs),
                 output_path, backend, max_workers)
-    results = run_jobs(jobs, max_workers, backend)
+    results = run_jobs(jobs, max_workers, backend, context)
 
     ledgers: dict[str, dict[str, Any]] = {}
     split_shards: dict[str, list[str]] = {TRAIN: [], VALIDATION: []}

@@ -23,6 +23,10 @@ def test_exact_dedup_asset_drops_the_milton_copies(tmp_path, downloads):
     with dg.instance_for_test() as instance:
         result = dg.materialize([corpus, clean], instance=instance,
                                 resources={"storage": storage, "zephyr": ZephyrResource(max_workers=2)})
+        # each Zephyr stage of the dedup reports its progress in the run log as it goes
+        progress = [e.user_message for e in instance.all_logs(result.run_id)
+                    if e.step_key == clean.op.name and e.user_message.startswith("zephyr ")]
+    assert len({m.split()[1] for m in progress}) >= 2, progress
     meta = {k: v.value for k, v in result.asset_materializations_for_node(clean.op.name)[0].metadata.items()}
     # seven Milton texts ship twice byte for byte
     assert meta["document_total"] == 91

@@ -35,6 +35,10 @@ def test_tokenizer_and_token_cache_assets(tmp_path, downloads):
         assert ds_meta["validation_documents"] > 0
         assert ds_meta["dtype"] == "uint16"
         assert ds_meta["tokens"] > 1_000_000
+        # progress of the tokenize stage in the run log while it runs, not only the total
+        progress = [e.user_message for e in instance.all_logs(result.run_id)
+                    if e.step_key == ds.op.name and e.user_message.startswith("zephyr 1/1 ")]
+        assert any("0/2" in m for m in progress) and any("2/2" in m for m in progress), progress
 
         cache_path = ds_meta["path"]
         cache = TokenCache.open(cache_path, split="train")
