@@ -4,7 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster
 
-.PHONY: setup demo test ui bench lint clean
+# The UI test drives Debian's chromium, never a browser download.
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: setup browser demo test ui bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -19,7 +22,15 @@ demo: setup
 	$(BIN)/marin init "$(DAGSTER_HOME)"
 	$(BIN)/dagster job execute -m marin_dagster.definitions -j shakespeare_nano_job
 
-test: setup
+browser:
+	@[ -x $(CHROMIUM) ] || { \
+	  echo "The UI test needs Debian's chromium at $(CHROMIUM); installing it with apt-get."; \
+	  if [ "$$(id -u)" -eq 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	  else echo "make test: cannot install chromium (not root and no sudo): run 'apt-get install chromium' as root, then make test again" >&2; exit 1; fi; \
+	  { $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; } || { \
+	    echo "make test: installing chromium with apt-get failed (see above): install Debian's chromium so that $(CHROMIUM) exists, then make test again" >&2; exit 1; }; }
+
+test: setup browser
 	$(BIN)/pytest
 
 ui: setup

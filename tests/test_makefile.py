@@ -1,0 +1,36 @@
+"""The README's test command sets up what the suite needs itself: Debian's chromium for the
+UI test is installed by `make test` (its `browser` target) when missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from tests.conftest import REPO
+
+MAKE = shutil.which("make")
+
+
+def _browser(tmp_path, chromium: str, path: str) -> subprocess.CompletedProcess:
+    return subprocess.run([MAKE, "-s", "browser", f"CHROMIUM={chromium}"], cwd=REPO, text=True,
+                          capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env={"PATH": path, "HOME": str(tmp_path)})
+
+
+def test_a_browser_already_there_is_used_as_it_is(tmp_path):
+    present = tmp_path / "chromium"
+    present.write_text("#!/bin/sh\n")
+    present.chmod(0o755)
+    proc = _browser(tmp_path, str(present), os.environ["PATH"])
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc
+
+
+def test_a_missing_browser_that_cannot_be_installed_is_a_clear_error(tmp_path):
+    """No apt-get, no sudo, no id on PATH (an empty folder): make says what to do."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = _browser(tmp_path, str(tmp_path / "missing" / "chromium"), str(empty))
+    assert proc.returncode != 0
+    assert "installing it with apt-get" in proc.stdout
+    assert "apt-get install chromium" in proc.stderr and "make test again" in proc.stderr
