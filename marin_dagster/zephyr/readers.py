@@ -81,7 +81,10 @@ def compression_of(path: str) -> str | None:
     return None
 
 
-_READ_SIZE = 1 << 17  # compressed bytes fed to the decompressor at a time
+# Compressed bytes fed to the decompressor at a time: adapted so that each step gives
+# about _OUT_SIZE decompressed bytes (a highly compressible file gives many MB per KB).
+_READ_SIZE = 1 << 17
+_OUT_SIZE = 1 << 20
 _INCOMPLETE = "the file is incomplete: re-download or regenerate it"
 
 
@@ -120,6 +123,7 @@ class _Decompressed(io.RawIOBase):
         self._view = memoryview(b"")
         self._pos = 0
         self._consumed = 0  # compressed bytes read so far
+        self._read_size = _READ_SIZE
         self._done = False
 
     def readable(self) -> bool:
@@ -140,7 +144,7 @@ class _Decompressed(io.RawIOBase):
                           + _INCOMPLETE)
 
     def _fill(self) -> None:
-        data = self._raw.read(_READ_SIZE)
+        data = self._raw.read(self._read_size)
         if not data:
             self._done = True
             if self._member is not None:
@@ -168,7 +172,12 @@ class _Decompressed(io.RawIOBase):
         except Exception as e:  # zlib.error, zstandard.ZstdError, OSError, lzma.LZMAError, EOFError
             raise self._error(f"{type(e).__name__}: {e}, within the first {self._consumed} "
                               "bytes") from None
-        self._view = memoryview(out[0] if len(out) == 1 else b"".join(out))
+        chunk = out[0] if len(out) == 1 else b"".join(out)
+        if len(chunk) > 4 * _OUT_SIZE:
+            self._read_size = max(1 << 10, self._read_size // 4)
+        elif len(chunk) < _OUT_SIZE // 4 and self._read_size < _READ_SIZE:
+            self._read_size *= 2
+        self._view = memoryview(chunk)
         self._pos = 0
 
 
@@ -261,6 +270,9 @@ def iter_jsonl_batches(path: str) -> Iterator[pa.RecordBatch]:
         with open_input(path) as f:
             reader = pajson.open_json(f, read_options=pajson.ReadOptions(block_size=_JSON_BLOCK))
             for batch in reader:
+                # Arrow's JSON parser does not check UTF-8: invalid bytes fail here and the
+                # line reader below names the line.
+                batch.validate(full=True)
                 yield batch
                 done += batch.num_rows
         return
@@ -274,18 +286,60 @@ def _parquet_error(path: str, e: Exception) -> InputError:
                       "complete Parquet file (truncated or corrupt?): re-download or regenerate it")
 
 
+class _WatchedFile:
+    """A file that remembers whether a read failed.
+
+    Arrow raises a corrupt Parquet file as a plain OSError (its ArrowIOError),
+    the same class as a failed read from storage; the second may be transient
+    (retried), the first is the file's (InputError).
+    """
+
+    def __init__(self, f: IO[bytes]):
+        self._f = f
+        self.read_failed = False
+
+    def read(self, *args: Any) -> bytes:
+        try:
+            return self._f.read(*args)
+        except BaseException:
+            self.read_failed = True
+            raise
+
+    def readinto(self, b: Any) -> int | None:
+        try:
+            return self._f.readinto(b)
+        except BaseException:
+            self.read_failed = True
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+@contextlib.contextmanager
+def _parquet_file(path: str) -> Iterator[tuple[pq.ParquetFile, _WatchedFile]]:
+    filesystem, fs_path = fs.url_to_fs(path)
+    with filesystem.open(fs_path, "rb") as raw:
+        f = _WatchedFile(raw)
+        try:
+            yield pq.ParquetFile(f), f
+        except (pa.ArrowException, OSError) as e:
+            if f.read_failed:
+                raise  # the storage's error, not the file's
+            raise _parquet_error(path, e) from None
+
+
 def iter_parquet_batches(path: str, columns: list[str] | None = None,
                          row_groups: list[int] | None = None) -> Iterator[pa.RecordBatch]:
-    filesystem, fs_path = fs.url_to_fs(path)
-    with filesystem.open(fs_path, "rb") as f:
-        try:
-            pf = pq.ParquetFile(f)
-            groups = row_groups if row_groups is not None else list(range(pf.num_row_groups))
-            if not groups:
-                return
-            yield from pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns)
-        except pa.ArrowException as e:  # not OSError: a failed remote read may be transient
-            raise _parquet_error(path, e) from None
+    """A Parquet file's batches; a truncated or corrupt file (or invalid UTF-8 in a string
+    column) raises InputError naming it."""
+    with _parquet_file(path) as (pf, _):
+        groups = row_groups if row_groups is not None else list(range(pf.num_row_groups))
+        if not groups:
+            return
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns):
+            batch.validate(full=True)  # without page checksums, corruption can reach the strings
+            yield batch
 
 
 def _first_invalid_utf8_line(path: str) -> tuple[int, int] | None:
@@ -300,12 +354,12 @@ def _first_invalid_utf8_line(path: str) -> tuple[int, int] | None:
 
 
 def _csv_error(path: str, e: Exception) -> InputError:
-    if "UTF8" in str(e) or "UTF-8" in str(e):
-        where = _first_invalid_utf8_line(path)
-        if where is not None:
-            return InputError(f"{path}: line {where[0]}: invalid UTF-8 at byte {where[1]} of the "
-                              "line; CSV files must be UTF-8: re-encode the file (e.g. from "
-                              "Latin-1) or fix that line")
+    """The error for a CSV file Arrow refuses; invalid UTF-8 anywhere is named first, by line."""
+    where = _first_invalid_utf8_line(path)
+    if where is not None:
+        return InputError(f"{path}: line {where[0]}: invalid UTF-8 at byte {where[1]} of the "
+                          "line; CSV files must be UTF-8: re-encode the file (e.g. from "
+                          "Latin-1) or fix that line")
     return InputError(f"{path}: cannot read CSV: {e}")
 
 
@@ -331,12 +385,8 @@ def iter_csv_batches(path: str, columns: list[str] | None = None) -> Iterator[pa
 
 def parquet_row_group_splits(path: str, approx_shard_bytes: int) -> list[list[int]]:
     """Row-group index lists of about approx_shard_bytes each (never splitting a group)."""
-    filesystem, fs_path = fs.url_to_fs(path)
-    with filesystem.open(fs_path, "rb") as f:
-        try:
-            meta = pq.ParquetFile(f).metadata
-        except pa.ArrowException as e:
-            raise _parquet_error(path, e) from None
+    with _parquet_file(path) as (pf, _):
+        meta = pf.metadata
     splits: list[list[int]] = []
     current: list[int] = []
     size = 0

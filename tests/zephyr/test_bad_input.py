@@ -138,3 +138,51 @@ def test_good_and_truncated_file_never_give_the_good_half(local_ctx: ZephyrConte
     _write(tmp_path / "in" / "b.jsonl.zst", data[: len(data) * 2 // 3])
     _fails_once(local_ctx, Dataset.from_files(str(tmp_path / "in" / "*.jsonl.zst")).load_jsonl(),
                 "b.jsonl.zst")
+
+
+def test_invalid_utf8_in_a_later_csv_block_names_the_line(local_ctx: ZephyrContext,
+                                                          tmp_path) -> None:
+    # Arrow reads CSV in 1 MB blocks: the bad byte is far past the first one.
+    rows = [f"{i},line number {i} of a long file".encode() for i in range(60_000)]
+    rows[55_000] = b"55000,caf\xe9"
+    path = _write(tmp_path / "long.csv", b"id,text\n" + b"\n".join(rows) + b"\n")
+    _fails_once(local_ctx, Dataset.from_files(path).load_csv(), "long.csv", "line 55002")
+
+
+def test_a_failed_read_from_storage_is_not_an_input_error(tmp_path, monkeypatch) -> None:
+    """A Parquet read that fails in the storage layer stays itself (retried), not InputError."""
+    from marin_dagster import fs
+    from marin_dagster.zephyr import readers
+
+    path = str(tmp_path / "good.parquet")
+    pq.write_table(pa.Table.from_pylist(ROWS), path)
+
+    class Flaky:
+        def __init__(self, f):
+            self._f = f
+
+        def read(self, *args):
+            raise ConnectionError("storage hiccup")
+
+        def __getattr__(self, name):
+            return getattr(self._f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._f.close()
+
+    real = fs.url_to_fs
+
+    def flaky_fs(p):
+        filesystem, fs_path = real(p)
+
+        class FS:
+            def open(self, q, mode):
+                return Flaky(filesystem.open(q, mode))
+        return FS(), fs_path
+
+    monkeypatch.setattr(readers.fs, "url_to_fs", flaky_fs)
+    with pytest.raises(ConnectionError):
+        list(readers.iter_parquet_batches(path))
