@@ -3,11 +3,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME ?= $(CURDIR)/.dagster
+# Dagster 1.13's `dagster` commands each warn that `dg` supersedes them (FutureWarning,
+# "Function `..._command` is superseded"); they are the commands this project documents.
+export PYTHONWARNINGS ?= ignore:Function `:FutureWarning
 
 # The UI test drives Debian's chromium, never a browser download.
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup browser demo test ui bench lint clean
+.PHONY: setup browser demo test ui validate bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -36,6 +39,9 @@ test: setup browser
 ui: setup
 	$(BIN)/marin init "$(DAGSTER_HOME)"
 	$(BIN)/dagster dev -w workspace.yaml
+
+validate: setup
+	$(BIN)/dagster definitions validate -w workspace.yaml
 
 bench: setup
 	@for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

@@ -34,3 +34,15 @@ def test_a_missing_browser_that_cannot_be_installed_is_a_clear_error(tmp_path):
     assert proc.returncode != 0
     assert "installing it with apt-get" in proc.stdout
     assert "apt-get install chromium" in proc.stderr and "make test again" in proc.stderr
+
+
+def test_make_validate_loads_the_code_location_without_dagster_cli_warnings(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([MAKE, "-s", "validate", f"DAGSTER_HOME={home}"], cwd=REPO, text=True,
+                          capture_output=True, timeout=300, stdin=subprocess.DEVNULL, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Validation successful" in out
+    assert "superseded" not in out and "Warning" not in out, out
