@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from marin_dagster import fs
+from marin_dagster.zephyr.readers import compression_of, iter_parquet_batches, open_input
 
 _PARQUET_BATCH = 1024
 
@@ -61,32 +61,30 @@ class RecordCounts:
     bad: int = 0
 
 
-def _compression(path: str) -> str | None:
-    for suffix, name in ((".gz", "gzip"), (".zst", "zstd"), (".bz2", "bz2"), (".xz", "xz")):
-        if path.endswith(suffix):
-            return name
-    return None
-
-
 def read_records(path: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord | Any]]:
-    """``(record_index, record)`` for each record; unreadable ones as BadRecord."""
-    fsys, p = fs.url_to_fs(path)
-    base = path[: -len(path.rsplit(".", 1)[-1]) - 1] if _compression(path) else path
-    if base.endswith(".parquet"):
-        import pyarrow.parquet as pq
+    """``(record_index, record)`` for each record; unreadable ones as BadRecord.
 
-        with fsys.open(p, "rb") as f:
-            index = 0
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=_PARQUET_BATCH):
-                for row in batch.to_pylist():
-                    yield index, row
-                    index += 1
+    Files open through Zephyr's reader (``open_input``, one place that knows
+    compression), so a truncated or corrupt file raises zephyr's InputError
+    naming it; it is never read as a shorter file, and it is not a bad record
+    that ``skip_bad_records`` could skip.
+    """
+    base = path
+    compression = compression_of(path)
+    if compression is not None:
+        base = path[: path.rindex(".")]
+    if base.endswith(".parquet"):
+        index = 0
+        for batch in iter_parquet_batches(path):
+            for row in batch.to_pylist():
+                yield index, row
+                index += 1
         return
     if not (base.endswith(".jsonl") or base.endswith(".json") or base.endswith(".ndjson")):
         raise ValueError(
             f"{path}: unsupported input format; the token cache reads JSON lines "
             "(.jsonl, .jsonl.gz, .jsonl.zst) and Parquet (.parquet)")
-    with fsys.open(p, "rb", compression=_compression(path)) as f:
+    with open_input(path) as f:
         for index, raw in enumerate(f):
             if not raw.strip():
                 continue
