@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin_dagster import fs
-from marin_dagster.zephyr.readers import iter_jsonl
+from marin_dagster.zephyr.readers import Cursor, iter_jsonl
 
 _INT_OFFSET = 1 << 63
 _SEP = "\x00"
@@ -97,9 +97,14 @@ class SourceDoc:
 
 
 def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[SourceDoc]:
-    """The documents of one input file, validated, with ids (generated where missing)."""
-    for index, record in enumerate(iter_jsonl(source.path)):
-        where = f"{source.path}: record {index}"
+    """The documents of one input file, validated, with ids (generated where missing).
+
+    A truncated, corrupt or mis-encoded file raises zephyr's InputError naming
+    the file (and line); a record's index counts records, not lines.
+    """
+    cursor = Cursor()
+    for index, record in enumerate(iter_jsonl(source.path, cursor)):
+        where = f"{source.path}: line {cursor.line}: record {index}"
         if not isinstance(record, dict):
             raise ValueError(f"{where} is a JSON {type(record).__name__}, not an object; "
                              "each line must be one document object")
