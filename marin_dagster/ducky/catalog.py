@@ -7,11 +7,29 @@ SUCCESS among the other versions of the same name under the prefix
 `current=False` so a reader knows the data is from an older config.
 
 Formats come from the output's manifest, so a new dataset factory needs no
-registration: JSONL (`.jsonl`, `.jsonl.gz`, `.jsonl.zst`, `.json`), Parquet,
-CSV, or a token cache (`*/offsets.npy`, see docs/formats.md). A factory may
-override with asset metadata `marin/format` and restrict the files with a
-glob `marin/files` (relative to the output), or declare both for its kind
-with `register_kind`.
+registration: JSONL (`.jsonl`, `.ndjson`, `.json.gz`, with `.gz`/`.zst`),
+Parquet, CSV, or a token cache (`*/offsets.npy`, see docs/formats.md). A
+factory may override with asset metadata `marin/format` and restrict the files
+with a glob `marin/files` (relative to the output), or declare both for its
+kind with `register_kind`.
+
+Which files a view reads, without `marin/files`:
+
+- never side files: names or folders starting with `.` or `_` (`.status.json`,
+  `.manifest.json`, `_work/`) and uncompressed `.json` files, which are single
+  JSON documents (`counts.json`, `eval.json`, `tokenizer.json`, ledgers), not
+  JSON lines; a factory whose shards really are `*.json` names them in
+  `marin/files`;
+- a token cache: every `offsets.npy` (its splits are one table);
+- otherwise one table, at the right depth: the data files at the output's top
+  level when there are any (the shards next to side files); else the
+  `documents/` folder when there is one (a dedup output: `documents/` is the
+  dataset, `attributes/`, `signatures/` and `links/` describe it); else every
+  data file (splits in folders: `train/`, `validation/`).
+
+Resolving never fails as a whole: an output that cannot be read is reported
+as `Unavailable` (with why and what to do) by `resolve_views`, and left out,
+with a logged warning, by `resolve_catalog`.
 """
 
 from __future__ import annotations
@@ -25,7 +43,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from marin_dagster import fs
-from marin_dagster.execution.status import MANIFEST_FILE, StatusRecord, StepStatus, read_status
+from marin_dagster.execution.status import (
+    MANIFEST_FILE,
+    STATUS_FILE,
+    StatusRecord,
+    StepStatus,
+    read_status,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +57,8 @@ JSONL, PARQUET, CSV, TOKEN_CACHE = "jsonl", "parquet", "csv", "token_cache"
 FORMATS = (JSONL, PARQUET, CSV, TOKEN_CACHE)
 
 _SUFFIXES = {
-    JSONL: (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst", ".ndjson"),
+    JSONL: (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst", ".ndjson",
+            ".ndjson.gz", ".ndjson.zst"),
     PARQUET: (".parquet",),
     CSV: (".csv", ".csv.gz", ".csv.zst", ".tsv"),
 }
@@ -93,22 +118,29 @@ class Dataset:
         return (self.name, self.version, self.path)
 
 
-def format_of(rel_path: str) -> str | None:
-    """The format of one output file by its name, or None for side files."""
-    base = rel_path.rsplit("/", 1)[-1]
-    if base.startswith(".") or any(part.startswith(".") for part in rel_path.split("/")[:-1]):
+def format_of(rel_path: str, *, plain_json: bool = False) -> str | None:
+    """The format of one output file by its name, or None for side files.
+
+    Uncompressed `.json` files are single JSON documents (counts, configs,
+    ledgers) unless `plain_json` (the factory named them in `marin/files`).
+    """
+    parts = rel_path.split("/")
+    if any(part.startswith((".", "_")) for part in parts):
         return None
+    base = parts[-1]
     if base == "offsets.npy":
         return TOKEN_CACHE
+    if base.endswith(".json") and not plain_json:
+        return None
     for fmt, suffixes in _SUFFIXES.items():
         if base.endswith(suffixes):
             return fmt
     return None
 
 
-def detect_format(rel_paths: Iterable[str]) -> str | None:
+def detect_format(rel_paths: Iterable[str], *, plain_json: bool = False) -> str | None:
     """The format most of an output's data files share (a token cache wins: its .npy are the data)."""
-    counts = Counter(f for f in (format_of(p) for p in rel_paths) if f is not None)
+    counts = Counter(f for f in (format_of(p, plain_json=plain_json) for p in rel_paths) if f is not None)
     if not counts:
         return None
     if TOKEN_CACHE in counts:
@@ -116,28 +148,40 @@ def detect_format(rel_paths: Iterable[str]) -> str | None:
     return counts.most_common(1)[0][0]
 
 
-def _data_files(path: str, manifest: Mapping[str, Any], fmt: str, pattern: str | None) -> tuple[str, ...]:
-    rels = sorted(manifest.get("files", {}))
-    if pattern:
-        rels = [r for r in rels if fnmatch.fnmatch(r, pattern)]
-    return tuple(fs.join(path, r) for r in rels if format_of(r) == fmt)
+DOCUMENTS_FOLDER = "documents"
+
+
+def main_table(rel_paths: Iterable[str]) -> list[str]:
+    """The data files one view shows: top-level shards, else `documents/`, else all of them."""
+    data = sorted(r for r in rel_paths if format_of(r) is not None)
+    if any(format_of(r) == TOKEN_CACHE for r in data):
+        return data
+    top = [r for r in data if "/" not in r]
+    if top:
+        return top
+    documents = [r for r in data if r.startswith(DOCUMENTS_FOLDER + "/")]
+    return documents or data
 
 
 def load_output(entry: AssetEntry, path: str, record: StatusRecord, current: bool) -> Dataset | None:
     """The Dataset of one SUCCESS output, or None when it holds no readable data files."""
-    manifest = fs.read_json_or_none(fs.join(path, MANIFEST_FILE)) or {"files": {}}
+    manifest = _read_manifest(path)
     hint = hint_for(entry.kind)
     pattern = entry.files or hint.files
-    rels = list(manifest.get("files", {}))
+    rels = sorted(manifest.get("files", {}))
     if pattern:
-        rels = [r for r in rels if fnmatch.fnmatch(r, pattern)]
-    fmt = entry.format or hint.format or detect_format(rels)
+        chosen = [r for r in rels if fnmatch.fnmatch(r, pattern)]
+    else:
+        chosen = main_table(rels)
+    explicit = bool(pattern)
+    fmt = entry.format or hint.format or detect_format(chosen, plain_json=explicit)
     if fmt is None:
         logger.info(f"{entry.name}: {path} has no JSONL, Parquet, CSV or token-cache files; no view")
         return None
     if fmt not in FORMATS:
-        raise ValueError(f"{entry.name}: marin/format {fmt!r} is not one of {', '.join(FORMATS)}")
-    files = _data_files(path, manifest, fmt, pattern)
+        raise ValueError(f"{entry.name}: marin/format {fmt!r} is not one of {', '.join(FORMATS)}; "
+                         "fix the asset's metadata")
+    files = tuple(fs.join(path, r) for r in chosen if format_of(r, plain_json=explicit) == fmt)
     if not files:
         return None
     return Dataset(entry.name, entry.kind, record.version, path, fmt, files, current,
@@ -159,10 +203,30 @@ def _other_versions(prefix: str, name: str) -> list[str]:
     return sorted(out)
 
 
+def _read_status(path: str) -> StatusRecord | None:
+    """read_status, with the status file named in its errors."""
+    try:
+        return read_status(path)
+    except ValueError as e:
+        where = fs.join(path, STATUS_FILE)
+        raise ValueError(str(e) if where in str(e) else f"{where}: {e}") from e
+
+
+def _read_manifest(path: str) -> dict[str, Any]:
+    where = fs.join(path, MANIFEST_FILE)
+    try:
+        manifest = fs.read_json_or_none(where) or {"files": {}}
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from e
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files", {}), dict):
+        raise ValueError(f'{where}: not a manifest ({{"files": {{path: {{"size": ...}}}}}})')
+    return manifest
+
+
 def resolve_dataset(prefix: str, entry: AssetEntry) -> Dataset | None:
     """The output a view of `entry` should read: current version, else newest other SUCCESS."""
     current_path = fs.join(prefix, f"{entry.name}-{entry.version}")
-    record = read_status(current_path)
+    record = _read_status(current_path)
     if record is not None and record.status == StepStatus.SUCCESS:
         return load_output(entry, current_path, record, current=True)
     older: list[tuple[float, str, StatusRecord]] = []
@@ -170,7 +234,7 @@ def resolve_dataset(prefix: str, entry: AssetEntry) -> Dataset | None:
         if path == current_path:
             continue
         try:
-            rec = read_status(path)
+            rec = _read_status(path)
         except ValueError as e:
             logger.warning(f"{entry.name}: skipping {path}: {e}")
             continue
@@ -182,11 +246,34 @@ def resolve_dataset(prefix: str, entry: AssetEntry) -> Dataset | None:
     return load_output(entry, path, rec, current=False)
 
 
-def resolve_catalog(prefix: str, entries: Iterable[AssetEntry]) -> list[Dataset]:
-    """Every entry that has a readable SUCCESS output, in the entries' order."""
-    out = []
+@dataclasses.dataclass(frozen=True)
+class Unavailable:
+    """An asset with an output but no view: `reason` says why and what to do."""
+
+    name: str
+    reason: str
+
+
+def resolve_views(prefix: str, entries: Iterable[AssetEntry]) -> list[Dataset | Unavailable]:
+    """Every entry with a readable SUCCESS output as a Dataset, every unreadable one as Unavailable.
+
+    One output that cannot be read (a corrupt status or manifest, a bad
+    `marin/format`) never hides the others: it is logged and reported instead.
+    """
+    out: list[Dataset | Unavailable] = []
     for entry in entries:
-        dataset = resolve_dataset(prefix, entry)
+        try:
+            dataset = resolve_dataset(prefix, entry)
+        except (ValueError, OSError) as e:
+            reason = f"{e}; fix or remove that file, or rematerialize {entry.name}"
+            logger.warning(f"ducky: no view {entry.name!r}: {reason}")
+            out.append(Unavailable(entry.name, reason))
+            continue
         if dataset is not None:
             out.append(dataset)
     return out
+
+
+def resolve_catalog(prefix: str, entries: Iterable[AssetEntry]) -> list[Dataset]:
+    """Every entry that has a readable SUCCESS output, in the entries' order (see `resolve_views`)."""
+    return [d for d in resolve_views(prefix, entries) if isinstance(d, Dataset)]

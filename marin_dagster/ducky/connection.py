@@ -78,8 +78,20 @@ def add_view(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> None:
     con.execute(f"CREATE OR REPLACE VIEW {quote_ident(dataset.name)} AS {view_sql(dataset)}")
 
 
-def connect(datasets: Iterable[Dataset], prefix: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with a view per dataset, reading under `prefix`."""
+def view_error(dataset: Dataset, error: Exception) -> str:
+    """Why the view of `dataset` cannot be made, in one line, and what to do."""
+    first = str(error).strip().split("\n")[0].strip().rstrip(".")
+    return (f"cannot read {dataset.path} ({dataset.format}, {len(dataset.files)} files): {first}; "
+            f"fix or remove the file named, or rematerialize {dataset.name}")
+
+
+def connect(datasets: Iterable[Dataset], prefix: str,
+            unavailable: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with a view per dataset, reading under `prefix`.
+
+    A view that cannot be made raises ValueError, unless `unavailable` is given:
+    then it is left out with a logged warning and its reason stored there by name.
+    """
     con = duckdb.connect(":memory:")
     if not fs.is_local(prefix):
         fsys, _ = fs.url_to_fs(prefix)
@@ -87,10 +99,12 @@ def connect(datasets: Iterable[Dataset], prefix: str) -> duckdb.DuckDBPyConnecti
     for dataset in datasets:
         try:
             add_view(con, dataset)
-        except duckdb.Error as e:
-            raise ValueError(
-                f"cannot create the view {dataset.name!r} over {dataset.path} ({dataset.format}): {e}"
-            ) from e
+        except (duckdb.Error, ValueError, OSError) as e:
+            reason = view_error(dataset, e)
+            if unavailable is None:
+                raise ValueError(f"cannot create the view {dataset.name!r}: {reason}") from e
+            logger.warning(f"ducky: no view {dataset.name!r}: {reason}")
+            unavailable[dataset.name] = reason
     return con
 
 

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import io
+import json
+import logging
 import time
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 
 from marin_dagster import fs
-from marin_dagster.ducky import AssetEntry, connect, lock_down, resolve_catalog, resolve_dataset
+from marin_dagster.ducky import (
+    AssetEntry,
+    Dataset,
+    connect,
+    lock_down,
+    resolve_catalog,
+    resolve_dataset,
+    resolve_views,
+)
 from marin_dagster.ducky.catalog import detect_format
 from tests.ducky.conftest import jsonl_gz, write_output, write_token_cache
 
@@ -97,3 +108,93 @@ def test_nothing_downloads_an_extension(tmp_path, corpus_records):
     for statement in ("INSTALL httpfs", "LOAD httpfs", "SET autoinstall_known_extensions = true"):
         with pytest.raises(duckdb.Error):
             con.execute(statement)
+
+
+def _pretty(obj: object) -> bytes:
+    return (json.dumps(obj, indent=2) + "\n").encode()
+
+
+def test_a_view_reads_one_table_of_data_shards_never_side_files(prefix, corpus_records):
+    """A dedup output holds documents/ (the dataset), attributes/, signatures/, links/ and counts.json;
+    its view is documents/. Top-level shards win over folders; splits in folders are one table."""
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"id": ["doc-0"], "signature": [[1, 2]]}), buffer)
+    write_output(prefix, "dedup/corpus", "aaaaaaaa", {
+        "documents/a.jsonl.gz": jsonl_gz(corpus_records[:30]),
+        "documents/sub/b.jsonl.gz": jsonl_gz(corpus_records[30:35]),
+        "attributes/a.jsonl.gz": jsonl_gz([{"id": r["id"], "duplicate": False} for r in corpus_records]),
+        "signatures/part-00000.parquet": buffer.getvalue(),
+        "links/part-00000-of-00001.jsonl.gz": jsonl_gz([{"a": "doc-0", "b": "doc-1"}]),
+        "_work/marks/file-00000.jsonl.gz": jsonl_gz([{"file": 0}]),
+        "counts.json": _pretty({"document": {"total": 40, "kept": 35}}),
+    })
+    write_output(prefix, "raw/corpus", "bbbbbbbb", {
+        "part-00000.jsonl.zst": zstandard.ZstdCompressor().compress(
+            b"".join(json.dumps(r).encode() + b"\n" for r in corpus_records[:10])),
+        "metrics/extra.jsonl": b'{"other": 1}\n',
+        "eval.json": _pretty({"loss": 1.0}),
+    })
+    write_output(prefix, "splits/corpus", "cccccccc", {
+        "train/part-0.jsonl.gz": jsonl_gz(corpus_records[:7]),
+        "validation/part-0.jsonl.gz": jsonl_gz(corpus_records[7:9]),
+        "train/ledger.json": _pretty({"shards": 1}),
+    })
+    write_output(prefix, "tokenizers/corpus", "dddddddd", {
+        "tokenizer.json": b'{"version": "1.0", "model": {}}',
+        "tokenizer_config.json": _pretty({"eos": "<|endoftext|>"}),
+    })
+    entries = [AssetEntry("dedup/corpus", "deduplicated", "aaaaaaaa"),
+               AssetEntry("raw/corpus", "sample_corpus", "bbbbbbbb"),
+               AssetEntry("splits/corpus", "other", "cccccccc"),
+               AssetEntry("tokenizers/corpus", "tokenizer", "dddddddd")]
+    catalog = {d.name: d for d in resolve_catalog(prefix, entries)}
+    assert sorted(catalog) == ["dedup/corpus", "raw/corpus", "splits/corpus"]  # a tokenizer has no data
+    rel = {name: sorted(f[len(d.path) + 1:] for f in d.files) for name, d in catalog.items()}
+    assert rel == {"dedup/corpus": ["documents/a.jsonl.gz", "documents/sub/b.jsonl.gz"],
+                   "raw/corpus": ["part-00000.jsonl.zst"],
+                   "splits/corpus": ["train/part-0.jsonl.gz", "validation/part-0.jsonl.gz"]}
+
+    con = connect(list(catalog.values()), prefix)
+    assert con.execute('SELECT count(*), count(DISTINCT id) FROM "dedup/corpus"').fetchone() == (35, 35)
+    columns = [c[0] for c in con.execute('DESCRIBE "dedup/corpus"').fetchall()]
+    assert sorted(columns) == ["id", "text", "title"]
+    assert con.execute('SELECT count(*) FROM "raw/corpus"').fetchone() == (10,)
+    assert con.execute('SELECT count(*) FROM "splits/corpus"').fetchone() == (9,)
+
+
+def test_a_factory_can_name_plain_json_shards(tmp_path, corpus_records):
+    prefix = str(tmp_path / "data")
+    lines = b"".join(json.dumps(r).encode() + b"\n" for r in corpus_records)
+    write_output(prefix, "raw/json", "aaaaaaaa", {"shards/part-0.json": lines,
+                                                  "stats.json": _pretty({"n": 40})})
+    assert resolve_catalog(prefix, [AssetEntry("raw/json", "k", "aaaaaaaa")]) == []
+    [dataset] = resolve_catalog(prefix, [AssetEntry("raw/json", "k", "aaaaaaaa", files="shards/*.json")])
+    assert dataset.format == "jsonl" and connect([dataset], prefix).execute(
+        'SELECT count(*) FROM "raw/json"').fetchone() == (40,)
+
+
+def test_an_output_that_cannot_be_read_is_unavailable_not_fatal(tmp_path, corpus_records, caplog):
+    prefix = str(tmp_path / "data")
+    write_output(prefix, "raw/good", "aaaaaaaa", {"a.jsonl.gz": jsonl_gz(corpus_records)})
+    bad = write_output(prefix, "raw/torn", "bbbbbbbb", {"a.jsonl.gz": jsonl_gz(corpus_records)})
+    broken = write_output(prefix, "raw/garbage", "cccccccc", {"a.jsonl": b"not json at all\n"})
+    with open(f"{bad}/.status.json", "w") as f:
+        f.write('{"status": "SUCC')  # torn
+    entries = [AssetEntry("raw/good", "k", "aaaaaaaa"), AssetEntry("raw/torn", "k", "bbbbbbbb"),
+               AssetEntry("raw/garbage", "k", "cccccccc")]
+    with caplog.at_level(logging.WARNING, logger="marin_dagster"):
+        views = resolve_views(prefix, entries)
+    assert [type(v).__name__ for v in views] == ["Dataset", "Unavailable", "Dataset"]
+    assert views[1].name == "raw/torn" and ".status.json" in views[1].reason
+    assert any("raw/torn" in r.getMessage() for r in caplog.records)
+    assert [d.name for d in resolve_catalog(prefix, entries)] == ["raw/good", "raw/garbage"]
+
+    datasets = [v for v in views if isinstance(v, Dataset)]
+    with pytest.raises(ValueError, match="raw/garbage"):
+        connect(datasets, prefix)  # strict by default: the stats asset wants to know
+    unavailable: dict[str, str] = {}
+    con = connect(datasets, prefix, unavailable)
+    assert list(unavailable) == ["raw/garbage"]
+    assert f"{broken}/a.jsonl" in unavailable["raw/garbage"] and "rematerialize raw/garbage" in (
+        unavailable["raw/garbage"])
+    assert con.execute('SELECT count(*) FROM "raw/good"').fetchone() == (40,)
