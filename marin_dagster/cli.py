@@ -2,8 +2,9 @@
 
     marin init [HOME]                     create DAGSTER_HOME with its dagster.yaml
     marin status                          every asset of the code location: version, status, path, size
-    marin sql "SELECT ..."                query the dataset views, print a table
-    marin sql --serve --port 8765         the read-only HTTP SQL service (ducky/service.py)
+    marin sql "SELECT ..."                query the dataset views, print a table (--limit rows)
+    marin sql --serve --port 8765         the read-only HTTP SQL service (ducky/service.py), at most
+                                          --max-rows rows and --max-bytes bytes per response
 
 The assets are those of the code location (`marin_dagster.definitions`); the
 prefix is MARIN_PREFIX (default ./data) unless `--prefix` is given.
@@ -16,11 +17,12 @@ import datetime
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from marin_dagster.execution.instance import DEFAULT_HOME, ensure_home
+from marin_dagster.execution.instance import DEFAULT_HOME, DagsterHomeError, ensure_home
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +43,11 @@ def _prefix(arg: str | None) -> str:
 
 
 def _catalog(prefix: str) -> Any:
-    from marin_dagster.ducky import resolve_catalog
+    from marin_dagster.ducky import resolve_views
     from resources.ducky import asset_entry
 
     def catalog() -> list[Any]:
-        return resolve_catalog(prefix, [asset_entry(s) for s in _steps() if s.kind != "watched_folder"])
+        return resolve_views(prefix, [asset_entry(s) for s in _steps() if s.kind != "watched_folder"])
 
     return catalog
 
@@ -117,17 +119,63 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_PRINT_LIMIT = 1000
+
+
+def _count(least: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} is below {least}")
+        return value
+
+    return parse
+
+
+def _size(text: str) -> int:
+    """Bytes: 16777216, 16MiB, 512KiB, 1G."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write bytes, or e.g. 16MiB, 512KiB")
+    unit = (match.group(2) or "B").upper()[0]
+    value = int(float(match.group(1)) * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is below 1 byte")
+    return value
+
+
+def _print_views(service: Any) -> None:
+    tables = ", ".join(f'"{t["name"]}"' for t in service.tables()) or "none (materialize an asset first)"
+    sys.stderr.write(f"views: {tables}\n")
+    unavailable = service.unavailable()
+    if unavailable:
+        names = ", ".join(f'"{name}"' for name in unavailable)
+        sys.stderr.write(f"unavailable (see the warnings above): {names}\n")
+
+
 def _cmd_sql(args: argparse.Namespace) -> int:
     from marin_dagster.ducky import format_table
-    from marin_dagster.ducky.service import QueryFailed, QueryRefused, QueryTimeout, SqlService
+    from marin_dagster.ducky.service import (
+        QueryFailed,
+        QueryRefused,
+        QueryTimeout,
+        ResultTooLarge,
+        SqlService,
+        human_bytes,
+    )
 
     prefix = _prefix(args.prefix)
-    service = SqlService(prefix, _catalog(prefix), row_limit=args.limit, timeout_s=args.timeout)
     if args.serve:
+        service = SqlService(prefix, _catalog(prefix), max_rows=args.max_rows, max_bytes=args.max_bytes,
+                             timeout_s=args.timeout)
         server = service.make_server(args.host, args.port)
         host, port = server.server_address[:2]
         sys.stdout.write(f"marin sql: serving {len(service.tables())} views on http://{host}:{port} "
-                         "(POST /query, GET /tables)\n")
+                         f"(POST /query, GET /tables); at most {service.max_rows:,} rows and "
+                         f"{human_bytes(service.max_bytes)} per response\n")
         sys.stdout.flush()
         try:
             server.serve_forever()
@@ -140,12 +188,17 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         sys.stderr.write('marin sql: give a query, e.g. marin sql \'SELECT * FROM "raw/shakespeare" LIMIT 5\', '
                          "or --serve\n")
         return 2
+    limit = DEFAULT_PRINT_LIMIT if args.limit is None else args.limit
+    service = SqlService(prefix, _catalog(prefix), max_rows=max(limit, 1), max_bytes=args.max_bytes,
+                         timeout_s=args.timeout)
     try:
-        result = service.query(args.query)
+        result = service.query(args.query, limit)
+    except ResultTooLarge as e:
+        sys.stderr.write(f"marin sql: {e}; or raise --max-bytes\n")
+        return 1
     except (QueryRefused, QueryTimeout, QueryFailed) as e:
         sys.stderr.write(f"marin sql: {e}\n")
-        tables = ", ".join(f'"{t["name"]}"' for t in service.tables()) or "none (materialize an asset first)"
-        sys.stderr.write(f"views: {tables}\n")
+        _print_views(service)
         return 1
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
@@ -169,7 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sql = sub.add_parser("sql", help="SQL over the dataset views (read-only)")
     sql.add_argument("query", nargs="?", help='e.g. \'SELECT * FROM "raw/shakespeare" LIMIT 5\'')
     sql.add_argument("--prefix", help="storage prefix (default MARIN_PREFIX or ./data)")
-    sql.add_argument("--limit", type=int, default=1000, help="most rows returned (default 1000)")
+    sql.add_argument("--limit", type=_count(0), default=None,
+                     help=f"most rows one query prints (default {DEFAULT_PRINT_LIMIT}; not with --serve, "
+                          'where a client sends "limit" per request)')
+    sql.add_argument("--max-rows", type=_count(1), default=10_000,
+                     help="--serve: most rows per response; more is a 413 (default 10000)")
+    sql.add_argument("--max-bytes", type=_size, default=16 << 20,
+                     help="most bytes of rows as JSON per response; more is a 413 (default 16MiB)")
     sql.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
     sql.add_argument("--json", action="store_true", help="print the result as JSON")
     sql.add_argument("--serve", action="store_true", help="serve POST /query over HTTP instead")
@@ -177,12 +236,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     sql.add_argument("--port", type=int, default=8765)
 
     args = parser.parse_args(argv)
+    if args.command == "sql" and args.serve and args.limit is not None:
+        parser.error("--limit sets the rows one query prints; with --serve, --max-rows caps every response "
+                     'and a client sends "limit" in its request')
     # Our own logs only: Dagster's storage layer logs its migrations at INFO.
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("marin_dagster").setLevel(logging.INFO if args.command != "sql" or args.serve
                                                 else logging.WARNING)
     if args.command == "init":
-        home = ensure_home(args.home)
+        try:
+            home = ensure_home(args.home)
+        except DagsterHomeError as e:
+            sys.stderr.write(f"marin init: {e}\n")
+            return 1
         sys.stdout.write(f"DAGSTER_HOME={home}\n")
         return 0
     if args.command == "status":

@@ -2,17 +2,29 @@
 
     POST /query   body: the SQL (text/plain) or {"sql": "...", "limit": N} (JSON)
                   200 {"columns", "types", "rows", "row_count", "truncated", "cached", "elapsed_ms"}
-                  400 the SQL does not parse or fails; 403 refused (not one SELECT, or a file
-                  outside the prefix); 408 past the timeout
-    GET  /tables  the views: name, version, path, format, current
+                  400 the SQL does not parse or fails, a bad `limit`, or a view that is unavailable;
+                  403 refused (not one SELECT, or a file outside the prefix); 408 past the timeout;
+                  413 the result is over the caps per response (rows or bytes)
+    GET  /tables  the views: name, version, path, format, current; and those unavailable, with why
     GET  /health  {"ok": true}
+
+Caps per response: at most `max_rows` rows (default 10,000) and `max_bytes`
+bytes of rows as JSON (default 16 MiB). A result over either is a 413 that
+says how to narrow the query (LIMIT, aggregate, fewer columns); with a
+`limit` (0 to max_rows) the first `limit` rows come back instead, with
+`truncated` true when there were more. The result is never materialized
+whole: the query runs as `SELECT * FROM (<query>) LIMIT cap + 1` (DuckDB turns
+ORDER BY + LIMIT into a top-N) and rows are fetched in batches, converted and
+counted until a cap is passed.
 
 Read-only in depth: `guard.check_read_only` lets only one SELECT through;
 the connection is locked down after the views are made (no file access outside
 the prefix, no extensions, configuration locked). Queries run one at a time
 on one connection; a timer interrupts a query past its timeout. Results are
-cached by SQL text and row limit until the catalog changes (it is re-resolved
-at most every `refresh_s`).
+cached by SQL text and row limit (at most `cache_size` results and
+`cache_bytes` bytes) until the catalog changes (it is re-resolved at most
+every `refresh_s`). A view that cannot be made is left out with a logged
+warning; querying it answers why.
 """
 
 from __future__ import annotations
@@ -33,13 +45,16 @@ from typing import Any
 
 import duckdb
 
-from marin_dagster.ducky.catalog import Dataset
-from marin_dagster.ducky.connection import connect, lock_down
+from marin_dagster.ducky.catalog import Dataset, Unavailable
+from marin_dagster.ducky.connection import connect, lock_down, quote_ident
 from marin_dagster.ducky.guard import QueryRefused, check_read_only
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20
+DEFAULT_MAX_ROWS = 10_000
+DEFAULT_MAX_BYTES = 16 << 20
+_BATCH_ROWS = 256
 
 
 class QueryTimeout(RuntimeError):
@@ -48,6 +63,30 @@ class QueryTimeout(RuntimeError):
 
 class QueryFailed(ValueError):
     pass
+
+
+class ResultTooLarge(ValueError):
+    """The result is over a cap per response; the message says how to narrow the query."""
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} B"
+
+
+def check_limit(limit: Any, max_rows: int) -> int | None:
+    """A request's `limit`: None, or a whole number from 0 to `max_rows`; QueryFailed otherwise."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise QueryFailed(f'"limit" must be a whole number of rows from 0 to {max_rows}, got {limit!r}; '
+                          'leave it out for the whole result')
+    if not 0 <= limit <= max_rows:
+        raise QueryFailed(f'"limit" {limit} is not from 0 to {max_rows} (the most rows this service '
+                          "returns per response); ask for fewer rows, or aggregate the query")
+    return limit
 
 
 def jsonable(value: Any) -> Any:
@@ -73,20 +112,35 @@ def jsonable(value: Any) -> Any:
 
 @dataclasses.dataclass
 class SqlService:
-    """Read-only SQL over `catalog()`'s datasets under `prefix`."""
+    """Read-only SQL over `catalog()`'s datasets under `prefix`.
+
+    `catalog()` returns Datasets, and Unavailable entries for assets whose
+    output cannot be read (`catalog.resolve_views`).
+    """
 
     prefix: str
-    catalog: Callable[[], Sequence[Dataset]]
-    row_limit: int = 1000
+    catalog: Callable[[], Sequence[Dataset | Unavailable]]
+    max_rows: int = DEFAULT_MAX_ROWS
+    max_bytes: int = DEFAULT_MAX_BYTES
     timeout_s: float = 30.0
     cache_size: int = 256
+    cache_bytes: int = 64 << 20
     refresh_s: float = 30.0
 
     def __post_init__(self) -> None:
+        for field in ("max_rows", "max_bytes", "cache_size", "cache_bytes"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if "cache" in field else 1):
+                raise ValueError(f"SqlService: {field} must be a whole number >= "
+                                 f"{0 if 'cache' in field else 1}, got {value!r}")
         self._lock = threading.Lock()
-        self._cache: collections.OrderedDict[tuple[str, int], dict[str, Any]] = collections.OrderedDict()
+        self._cache: collections.OrderedDict[tuple[str, int | None], tuple[dict[str, Any], int]] = (
+            collections.OrderedDict())
+        self._cached_bytes = 0
         self._con: duckdb.DuckDBPyConnection | None = None
         self._datasets: list[Dataset] = []
+        self._keys: list[Any] = []
+        self._unavailable: dict[str, str] = {}
         self._refreshed = 0.0
         self.executed = 0
         """Queries that reached DuckDB (cache misses), for tests and /health."""
@@ -95,17 +149,23 @@ class SqlService:
     def _refresh(self, force: bool = False) -> None:
         if not force and self._con is not None and time.monotonic() - self._refreshed < self.refresh_s:
             return
-        datasets = list(self.catalog())
+        items = list(self.catalog())
         self._refreshed = time.monotonic()
-        if self._con is not None and [d.key for d in datasets] == [d.key for d in self._datasets]:
+        keys = [d.key if isinstance(d, Dataset) else (d.name, d.reason) for d in items]
+        if self._con is not None and keys == self._keys:
             return
-        con = connect(datasets, self.prefix)
+        unavailable = {u.name: u.reason for u in items if isinstance(u, Unavailable)}
+        datasets = [d for d in items if isinstance(d, Dataset)]
+        con = connect(datasets, self.prefix, unavailable)
         lock_down(con, self.prefix)
         if self._con is not None:
             self._con.close()
-        self._con, self._datasets = con, datasets
+        self._con, self._keys, self._unavailable = con, keys, unavailable
+        self._datasets = [d for d in datasets if d.name not in unavailable]
         self._cache.clear()
-        logger.info(f"ducky: {len(datasets)} views: {', '.join(d.name for d in datasets)}")
+        self._cached_bytes = 0
+        logger.info(f"ducky: {len(self._datasets)} views: {', '.join(d.name for d in self._datasets)}"
+                    + (f"; unavailable: {', '.join(unavailable)}" if unavailable else ""))
 
     def tables(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -113,10 +173,23 @@ class SqlService:
             return [{"name": d.name, "version": d.version, "path": d.path, "format": d.format,
                      "current": d.current, "files": len(d.files)} for d in self._datasets]
 
+    def unavailable(self) -> dict[str, str]:
+        """Views that could not be made: name -> why, and what to do."""
+        with self._lock:
+            self._refresh()
+            return dict(self._unavailable)
+
     # -- queries --------------------------------------------------------------
-    def query(self, sql: str, limit: int | None = None) -> dict[str, Any]:
-        """Run one SELECT; raises QueryRefused, QueryTimeout or QueryFailed."""
-        limit = self.row_limit if limit is None else max(0, min(int(limit), self.row_limit))
+    def query(self, sql: str, limit: Any = None) -> dict[str, Any]:
+        """Run one SELECT; raises QueryRefused, QueryTimeout, ResultTooLarge or QueryFailed.
+
+        Without `limit` the whole result comes back, or ResultTooLarge when it is
+        over `max_rows` rows or `max_bytes` bytes; with `limit` (0 to max_rows)
+        its first `limit` rows, `truncated` when there were more.
+        """
+        limit = check_limit(limit, self.max_rows)
+        if not isinstance(sql, str):
+            raise QueryFailed(f"the SQL must be a string, got {type(sql).__name__}")
         try:
             statement = check_read_only(sql)
         except duckdb.Error as e:
@@ -126,23 +199,61 @@ class SqlService:
             self._refresh()
             if key in self._cache:
                 self._cache.move_to_end(key)
-                return {**self._cache[key], "cached": True}
-            result = self._execute(statement, limit)
-            self._cache[key] = result
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+                return {**self._cache[key][0], "cached": True}
+            result, size = self._execute(statement, limit)
+            if size <= self.cache_bytes:
+                self._cache[key] = (result, size)
+                self._cached_bytes += size
+                while len(self._cache) > self.cache_size or self._cached_bytes > self.cache_bytes:
+                    self._cached_bytes -= self._cache.popitem(last=False)[1][1]
             return {**result, "cached": False}
 
-    def _execute(self, statement: str, limit: int) -> dict[str, Any]:
+    def _unavailable_in(self, statement: str) -> str | None:
+        for name, reason in self._unavailable.items():
+            if quote_ident(name) in statement or name in statement:
+                return f'the view "{name}" is unavailable: {reason}'
+        return None
+
+    def _too_many_rows(self) -> ResultTooLarge:
+        return ResultTooLarge(
+            f"the result has more than {self.max_rows:,} rows, the most this service returns per response; "
+            "narrow the query: add LIMIT (e.g. LIMIT 100), aggregate (count(*), GROUP BY), filter with "
+            'WHERE, or send "limit": N for the first N rows')
+
+    def _too_many_bytes(self, rows: int) -> ResultTooLarge:
+        return ResultTooLarge(
+            f"the result is over {human_bytes(self.max_bytes)} as JSON after {rows:,} rows, the most this "
+            "service returns per response; narrow the query: select fewer or shorter columns "
+            "(e.g. left(text, 200) instead of text), aggregate (count(*), GROUP BY), or add LIMIT")
+
+    def _execute(self, statement: str, limit: int | None) -> tuple[dict[str, Any], int]:
+        """The result and its rows' size as JSON; fetches at most `cap + 1` rows, in batches."""
         assert self._con is not None
         con = self._con
+        cap = self.max_rows if limit is None else limit
         timer = threading.Timer(self.timeout_s, con.interrupt)
         started = time.monotonic()
+        rows: list[list[Any]] = []
+        size = 0
+        more = False
         timer.start()
         try:
-            cursor = con.execute(statement)
-            rows = cursor.fetchmany(limit + 1)
+            # The newline ends a trailing -- comment; DuckDB makes ORDER BY + LIMIT a top-N.
+            cursor = con.execute(f"SELECT * FROM (\n{statement}\n) LIMIT {cap + 1}")
             description = cursor.description or []
+            while not more:
+                batch = cursor.fetchmany(_BATCH_ROWS)
+                if not batch:
+                    break
+                for row in batch:
+                    if len(rows) == cap:
+                        more = True
+                        break
+                    values = [jsonable(v) for v in row]
+                    size += len(json.dumps(values).encode("utf-8")) + 2
+                    if size > self.max_bytes:
+                        raise self._too_many_bytes(len(rows))
+                    rows.append(values)
         except duckdb.InterruptException as e:
             raise QueryTimeout(f"the query ran past the {self.timeout_s:g} s timeout and was stopped") from e
         except duckdb.PermissionException as e:
@@ -150,20 +261,24 @@ class SqlService:
         except duckdb.Error as e:
             if time.monotonic() - started >= self.timeout_s:
                 raise QueryTimeout(f"the query ran past the {self.timeout_s:g} s timeout and was stopped") from e
+            if isinstance(e, duckdb.CatalogException):
+                why = self._unavailable_in(statement)
+                if why:
+                    raise QueryFailed(why) from e
             raise QueryFailed(str(e)) from e
         finally:
             timer.cancel()
         self.executed += 1
-        truncated = len(rows) > limit
-        rows = rows[:limit]
+        if more and limit is None:
+            raise self._too_many_rows()
         return {
             "columns": [d[0] for d in description],
             "types": [str(d[1]) for d in description],
-            "rows": [[jsonable(v) for v in row] for row in rows],
+            "rows": rows,
             "row_count": len(rows),
-            "truncated": truncated,
+            "truncated": more,
             "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
-        }
+        }, size
 
     # -- HTTP -----------------------------------------------------------------
     def make_server(self, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
@@ -191,7 +306,9 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
             if self.path == "/health":
                 self._send(200, {"ok": True, "executed": service.executed})
             elif self.path == "/tables":
-                self._send(200, {"tables": service.tables()})
+                tables = service.tables()
+                unavailable = [{"name": n, "reason": r} for n, r in service.unavailable().items()]
+                self._send(200, {"tables": tables, "unavailable": unavailable})
             else:
                 self._send(404, {"error": f"no route GET {self.path}; use POST /query, GET /tables"})
 
@@ -199,9 +316,13 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
             if self.path != "/query":
                 self._send(404, {"error": f"no route POST {self.path}; use POST /query"})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                self._send(400, {"error": "the Content-Length header is not a number"})
+                return
             if length > MAX_BODY:
-                self._send(413, {"error": f"the body is over {MAX_BODY} bytes"})
+                self._send(413, {"error": f"the body is over {MAX_BODY} bytes; send one SELECT"})
                 return
             body = self.rfile.read(length).decode("utf-8", errors="replace")
             limit = None
@@ -209,7 +330,7 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
                 try:
                     request = json.loads(body)
                     sql, limit = request["sql"], request.get("limit")
-                except (ValueError, KeyError, TypeError) as e:
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
                     self._send(400, {"error": f'the JSON body must be {{"sql": "...", "limit": N}} ({e})'})
                     return
             else:
@@ -220,6 +341,8 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
                 self._send(403, {"error": str(e)})
             except QueryTimeout as e:
                 self._send(408, {"error": str(e)})
+            except ResultTooLarge as e:
+                self._send(413, {"error": str(e), "max_rows": service.max_rows, "max_bytes": service.max_bytes})
             except (QueryFailed, ValueError) as e:
                 self._send(400, {"error": str(e)})
 

@@ -142,7 +142,7 @@ def _post(url: str, sql: str) -> tuple[int, dict[str, Any]]:
 def served(materialized, tmp_path) -> Iterator[str]:
     port = free_port()
     log = str(tmp_path / "serve.log")
-    args = [MARIN, "sql", "--serve", "--port", str(port), "--limit", "50"]
+    args = [MARIN, "sql", "--serve", "--port", str(port), "--max-rows", "50"]
     with dagster_process(args, log, cwd=materialized["cwd"], **_env(materialized)) as proc:
         url = f"http://127.0.0.1:{port}"
         deadline = time.time() + 120
@@ -158,10 +158,12 @@ def served(materialized, tmp_path) -> Iterator[str]:
 
 def test_sql_serve_answers_queries_and_refuses_writes(served, materialized):
     code, body = _post(served, f'SELECT * FROM "{CORPUS}"')
+    assert code == 413 and "more than 50 rows" in body["error"], body
+    code, body = _post(served, f'SELECT * FROM "{CORPUS}" LIMIT 50')
     assert code == 200
     assert {"id", "text", "title"} <= set(body["columns"])
-    assert body["row_count"] == 50 and body["truncated"]
-    code, again = _post(served, f'SELECT * FROM "{CORPUS}"')
+    assert body["row_count"] == 50 and not body["truncated"]
+    code, again = _post(served, f'SELECT * FROM "{CORPUS}" LIMIT 50')
     assert again["cached"] is True and again["rows"] == body["rows"]
     code, body = _post(served, f'SELECT count(*) FROM "{CORPUS}"')
     assert body["rows"] == [[materialized["metadata"]["documents"]]]

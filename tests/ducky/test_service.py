@@ -64,7 +64,7 @@ def served(tmp_path, corpus_records) -> Iterator[tuple[str, SqlService, str]]:
         "part-00000.jsonl.gz": jsonl_gz(corpus_records[:20]),
         "part-00001.jsonl.gz": jsonl_gz(corpus_records[20:]),
     })
-    service = SqlService(prefix, lambda: resolve_catalog(prefix, ENTRIES), row_limit=10, timeout_s=1.0)
+    service = SqlService(prefix, lambda: resolve_catalog(prefix, ENTRIES), max_rows=10, timeout_s=1.0)
     with serving(service) as url:
         yield url, service, prefix
 
@@ -78,11 +78,13 @@ def test_query_returns_rows_as_json_with_limit_and_cache(served, corpus_records)
     assert body["rows"] == [[r["id"], len(r["text"])] for r in expected]
     assert (body["truncated"], body["cached"]) == (False, False)
 
-    # The row limit caps the answer and says so.
+    # A result over the row cap is refused and says how to narrow it; a limit asks for the first rows.
     code, body = post(url, 'SELECT id FROM "raw/corpus"', as_json=False)
-    assert code == 200 and body["row_count"] == 10 and body["truncated"] is True
+    assert code == 413 and "more than 10 rows" in body["error"] and "LIMIT" in body["error"], body
+    code, body = post(url, 'SELECT id FROM "raw/corpus" LIMIT 10', as_json=False)
+    assert code == 200 and body["row_count"] == 10 and body["truncated"] is False
     code, body = post(url, 'SELECT id FROM "raw/corpus"', limit=4)
-    assert body["row_count"] == 4
+    assert code == 200 and body["row_count"] == 4 and body["truncated"] is True
 
     # The same SQL text is answered from the cache without reaching DuckDB.
     executed = service.executed
