@@ -24,18 +24,33 @@ run_queue:
 NUX_YAML = "seen: 1\n"
 
 
+class DagsterHomeError(OSError):
+    """DAGSTER_HOME cannot be created or written; the message names the path and what to do."""
+
+
 def ensure_home(home: str | None = None) -> str:
-    """Create DAGSTER_HOME with its dagster.yaml if missing; returns the absolute path."""
+    """Create DAGSTER_HOME with its dagster.yaml if missing; returns the absolute path.
+
+    Raises DagsterHomeError when the folder cannot be made or written.
+    """
     home = os.path.abspath(home or os.environ.get("DAGSTER_HOME") or DEFAULT_HOME)
-    os.makedirs(os.path.join(home, ".nux"), exist_ok=True)
-    config = os.path.join(home, "dagster.yaml")
-    if not os.path.exists(config):
-        with open(config, "w") as f:
-            f.write(DAGSTER_YAML)
-    nux = os.path.join(home, ".nux", "nux.yaml")
-    if not os.path.exists(nux):
-        with open(nux, "w") as f:
-            f.write(NUX_YAML)
+    try:
+        os.makedirs(os.path.join(home, ".nux"), exist_ok=True)
+        config = os.path.join(home, "dagster.yaml")
+        if not os.path.exists(config):
+            with open(config, "w") as f:
+                f.write(DAGSTER_YAML)
+        nux = os.path.join(home, ".nux", "nux.yaml")
+        if not os.path.exists(nux):
+            with open(nux, "w") as f:
+                f.write(NUX_YAML)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and os.fspath(e.filename) != home else ""
+        error = DagsterHomeError(
+            f"cannot create the Dagster home {home}: {e.strerror or e}{where}; "
+            "give a folder you can write, e.g. `marin init ./.dagster`, or set DAGSTER_HOME to one")
+        error.errno = e.errno
+        raise error from e
     return home
 
 
