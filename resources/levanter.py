@@ -24,6 +24,9 @@ class LevanterResource(dg.ConfigurableResource):
     num_devices: int | None = Field(default=None, description="devices in the mesh; None: all local devices")
     mesh: Literal["data_parallel", "fsdp"] = Field(
         default="data_parallel", description="replicated parameters, or parameters sharded over the devices")
+    remat: Literal["none", "block", "dots"] = Field(
+        default="none", description="activation memory: none (keep all), block (recompute each decoder "
+                                    "block in the backward pass), dots (keep only matmul outputs)")
     checkpoint_every_steps: int | None = Field(
         default=None, description="save every N steps; None: every tenth of the run (at most a tenth "
                                   "of the work is lost when a run is killed)")
@@ -40,6 +43,7 @@ class LevanterResource(dg.ConfigurableResource):
             compute_dtype=self.precision,
             num_devices=self.num_devices,
             parallelism=self.mesh,
+            remat=self.remat,
             checkpoint_every_steps=self.checkpoint_every_steps,
             checkpoint_every_minutes=self.checkpoint_every_minutes,
             keep=self.keep,

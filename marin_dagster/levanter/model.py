@@ -17,6 +17,12 @@ from marin_dagster.levanter.config import LlamaConfig
 
 Params = dict
 
+# Activation memory (`TrainerSettings.remat`): what the backward pass keeps of each decoder block.
+#   none   keep every intermediate (fastest while it fits)
+#   block  keep only each block's input; recompute the block in the backward pass (least memory)
+#   dots   keep the projections' matmul outputs; recompute norms, RoPE, SiLU and attention
+REMAT_POLICIES = ("none", "block", "dots")
+
 
 @functools.partial(jax.jit, static_argnums=0)
 def init_params(config: LlamaConfig, key: jax.Array) -> Params:
@@ -97,7 +103,19 @@ def mlp(x: jax.Array, layer: Params) -> jax.Array:
     return (gate * (x @ layer["up_proj"].astype(dtype))) @ layer["down_proj"].astype(dtype)
 
 
-def forward(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32) -> jax.Array:
+def remat_block(block, remat: str):
+    """`block` wrapped for the `remat` policy (see REMAT_POLICIES)."""
+    if remat == "none":
+        return block
+    if remat == "block":
+        return jax.checkpoint(block)
+    if remat == "dots":
+        return jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+    raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {remat!r}")
+
+
+def forward(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
+            *, remat: str = "none") -> jax.Array:
     """Logits (float32, shape (B, T, vocab)) for int tokens of shape (B, T)."""
     t = tokens.shape[1]
     eps = config.layer_norm_epsilon
@@ -109,20 +127,22 @@ def forward(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtyp
         x = x + mlp(rms_norm(x, layer["mlp_norm"], eps), layer)
         return x, None
 
-    x, _ = jax.lax.scan(block, x, params["layers"])
+    x, _ = jax.lax.scan(remat_block(block, remat), x, params["layers"])
     x = rms_norm(x, params["final_norm"], eps)
     head = params["token_embedding"].T if config.tie_word_embeddings else params["lm_head"]
     return (x @ head.astype(compute_dtype)).astype(jnp.float32)
 
 
-def token_losses(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32) -> jax.Array:
+def token_losses(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
+                 *, remat: str = "none") -> jax.Array:
     """Next-token cross entropy (nats) for positions 0..T-2, shape (B, T-1)."""
-    logits = forward(params, tokens, config, compute_dtype)[:, :-1]
+    logits = forward(params, tokens, config, compute_dtype, remat=remat)[:, :-1]
     targets = tokens[:, 1:]
     log_z = jax.nn.logsumexp(logits, axis=-1)
     target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return log_z - target_logit
 
 
-def loss_fn(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32) -> jax.Array:
-    return jnp.mean(token_losses(params, tokens, config, compute_dtype))
+def loss_fn(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
+            *, remat: str = "none") -> jax.Array:
+    return jnp.mean(token_losses(params, tokens, config, compute_dtype, remat=remat))

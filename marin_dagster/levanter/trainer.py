@@ -58,7 +58,7 @@ from marin_dagster.levanter.metrics import (
     peak_flops,
     training_flops_per_token,
 )
-from marin_dagster.levanter.model import Params, init_params, loss_fn, token_losses
+from marin_dagster.levanter.model import REMAT_POLICIES, Params, init_params, loss_fn, token_losses
 from marin_dagster.levanter.optim import AdamConfig
 from marin_dagster.levanter.plot import loss_curve_png
 from marin_dagster.levanter.sample import generate
@@ -122,6 +122,7 @@ class TrainerSettings:
     compute_dtype: str = "float32"
     num_devices: int | None = None  # None: all local devices
     parallelism: Parallelism = "data_parallel"
+    remat: str = "none"  # activation memory: model.REMAT_POLICIES says what each keeps
     # None: every tenth of the run (num_train_steps / 10, rounded up), so a killed run loses at
     # most a tenth of its work however short it is; the minutes bound long runs.
     checkpoint_every_steps: int | None = None
@@ -137,6 +138,8 @@ class TrainerSettings:
             raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}")
         if self.parallelism not in PARALLELISMS:
             raise ValueError(f"parallelism must be one of {PARALLELISMS}, got {self.parallelism!r}")
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
         if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
             raise ValueError(f"checkpoint_every_steps must be positive or None, got {self.checkpoint_every_steps}")
         if self.log_every < 1:
@@ -194,7 +197,7 @@ class TrainResult:
 
 @functools.lru_cache(maxsize=16)
 def _compiled(model: LlamaConfig, optimizer: AdamConfig, num_train_steps: int, dtype_name: str,
-              mesh: jax.sharding.Mesh, parallelism: str):
+              mesh: jax.sharding.Mesh, parallelism: str, remat: str = "none"):
     dtype = jnp.dtype(dtype_name)
     tx = optimizer.build(num_train_steps)
     schedule = optimizer.lr_scheduler(num_train_steps)
@@ -209,7 +212,7 @@ def _compiled(model: LlamaConfig, optimizer: AdamConfig, num_train_steps: int, d
     tokens_sharding = batch_sharding(mesh)
 
     def train_step(state: dict[str, Any], tokens: jax.Array):
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], tokens, model, dtype)
+        loss, grads = jax.value_and_grad(loss_fn)(state["params"], tokens, model, dtype, remat=remat)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics = {"loss": loss, "grad_norm": optax.global_norm(grads),
@@ -393,7 +396,7 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
     fs.write_json(config_path, run_config)
 
     compiled = _compiled(model, config.optimizer, config.num_train_steps, settings.compute_dtype,
-                         mesh, settings.parallelism)
+                         mesh, settings.parallelism, settings.remat)
     train_step, tokens_sharding = compiled["train_step"], compiled["tokens_sharding"]
     flops_per_token = training_flops_per_token(model, seq_len)
     peak = peak_flops(list(mesh.devices.flat), settings.peak_flops_per_device)
