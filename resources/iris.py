@@ -3,67 +3,79 @@
     iris = IrisResource(launcher="local", inventory=IrisInventory(gpus=["0", "1"]))
     defs = dg.Definitions(assets=..., resources={"iris": iris}, executor=iris.executor())
 
+Its fields are derived from `marin_dagster.iris.settings` (as the executor's config schema
+is), so every Iris setting can be set here, with the same name, default and description.
 Assets add `iris_placement_metadata()` (or `iris.placement_metadata()`) to their metadata to
 record what they asked for, what they were given and where they ran.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+import pydantic
 
-from marin_dagster.iris.executor import IrisSettings, iris_executor
+from marin_dagster.iris.executor import iris_executor
 from marin_dagster.iris.placement import iris_placement_metadata
+from marin_dagster.iris.settings import (
+    InventorySettings,
+    IrisSettings,
+    KubernetesSettings,
+    field_default,
+    settings_fields,
+    unwrap_optional,
+)
 
 
-class IrisInventory(dg.Config):
-    """The local launcher's devices. Leave both lists unset to detect them (nvidia-smi -L)."""
-
-    gpus: list[str] | None = None
-    gpu_type: str | None = None
-    tpu_chips: list[str] | None = None
-    tpu_type: str | None = None
-
-
-class IrisKubernetes(dg.Config):
-    """Step Jobs on Kubernetes (GKE); see docs/operations.md."""
-
-    image: str | None = None
-    namespace: str = "default"
-    service_account_name: str | None = None
-    image_pull_policy: str = "IfNotPresent"
-    env_config_maps: list[str] = Field(default_factory=list)
-    env_secrets: list[str] = Field(default_factory=list)
-    secret_env: dict[str, str] = Field(
-        default_factory=dict, description="ENV_NAME -> 'secret-name:key' (secretKeyRef)"
-    )
-    env: dict[str, str] = Field(default_factory=dict, description="plain, non-secret values")
-    volumes: list[dict[str, Any]] = Field(default_factory=list)
-    volume_mounts: list[dict[str, Any]] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
-    ttl_seconds_after_finished: int = 600
-    dagster_home: str = "/opt/dagster/dagster_home"
-    postgres_password_secret: str | None = "dagster-postgresql-secret"
-    load_incluster_config: bool = True
-    kubeconfig_file: str | None = None
-    require_shared_instance: bool = True
+def _config_type(tp: Any, nested: Mapping[type, type]) -> Any:
+    inner, optional = unwrap_optional(tp)
+    if dataclasses.is_dataclass(inner):
+        converted: Any = nested[inner]
+    elif typing.get_origin(inner) is tuple:
+        converted = list[_config_type(typing.get_args(inner)[0], nested)]
+    elif typing.get_origin(inner) in (Mapping, dict):
+        converted = dict[typing.get_args(inner)]
+    else:
+        converted = inner
+    return converted | None if optional else converted
 
 
-class IrisResource(dg.ConfigurableResource):
+def _config_fields(cls: type, nested: Mapping[type, type]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for f, tp in settings_fields(cls):
+        annotation = _config_type(tp, nested)
+        description = f.metadata.get("description") or None
+        default = field_default(f)
+        if dataclasses.is_dataclass(default):
+            value = pydantic.Field(default_factory=nested[type(default)], description=description)
+        elif isinstance(default, Mapping | tuple):  # mutable in a Config: a fresh one per instance
+            plain = dict if isinstance(default, Mapping) else list
+            value = pydantic.Field(default_factory=lambda d=default, p=plain: p(d),
+                                   description=description)
+        else:
+            value = pydantic.Field(default, description=description)
+        fields[f.name] = (annotation, value)
+    return fields
+
+
+def _config_class(name: str, cls: type, base: type, nested: Mapping[type, type]) -> type:
+    return pydantic.create_model(name, __base__=base, __doc__=cls.__doc__,
+                                 __module__=__name__, **_config_fields(cls, nested))
+
+
+IrisInventory = _config_class("IrisInventory", InventorySettings, dg.Config, {})
+IrisKubernetes = _config_class("IrisKubernetes", KubernetesSettings, dg.Config, {})
+_IrisFields = _config_class("_IrisFields", IrisSettings, dg.ConfigurableResource,
+                            {InventorySettings: IrisInventory, KubernetesSettings: IrisKubernetes})
+
+
+class IrisResource(_IrisFields):
     """Iris settings: launcher ("local" | "kubernetes"), local inventory, k8s, retry limits."""
-
-    launcher: str = "local"
-    max_concurrent: int | None = None
-    inventory: IrisInventory = Field(default_factory=IrisInventory)
-    lease_dir: str | None = None
-    max_retries_preemption: int = 10
-    max_retries_failure: int = 0
-    termination_grace_seconds: float = 10.0
-    check_step_health_interval_seconds: int = 1
-    kubernetes: IrisKubernetes = Field(default_factory=IrisKubernetes)
 
     @staticmethod
     def from_env() -> IrisResource:
@@ -79,30 +91,16 @@ class IrisResource(dg.ConfigurableResource):
             ),
         )
 
+    def settings(self) -> IrisSettings:
+        return IrisSettings.from_dict(self._settings_dict())
+
+    def _settings_dict(self) -> dict[str, Any]:
+        return {f.name: _dump(getattr(self, f.name)) for f in dataclasses.fields(IrisSettings)}
+
     def executor_config(self) -> dict[str, Any]:
         """This resource as `iris_executor` config (the `execution: config:` block)."""
-        config: dict[str, Any] = {
-            "launcher": self.launcher,
-            "max_concurrent": self.max_concurrent,
-            "inventory": {
-                "gpus": self.inventory.gpus,
-                "gpu_type": self.inventory.gpu_type,
-                "tpu_chips": self.inventory.tpu_chips,
-                "tpu_type": self.inventory.tpu_type,
-            },
-            "lease_dir": self.lease_dir,
-            "max_retries_preemption": self.max_retries_preemption,
-            "max_retries_failure": self.max_retries_failure,
-            "termination_grace_seconds": float(self.termination_grace_seconds),
-            "check_step_health_interval_seconds": self.check_step_health_interval_seconds,
-            "kubernetes": self.kubernetes.model_dump(),
-        }
         # Fails here, with the field named, rather than at the first run.
-        IrisSettings.from_config(config)
-        return config
-
-    def settings(self) -> IrisSettings:
-        return IrisSettings.from_config(self.executor_config())
+        return self.settings().to_dict()
 
     def executor(self) -> dg.ExecutorDefinition:
         """`iris_executor` configured with these settings, for `Definitions(executor=...)`."""
@@ -110,3 +108,7 @@ class IrisResource(dg.ConfigurableResource):
 
     def placement_metadata(self) -> dict[str, str]:
         return iris_placement_metadata()
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump() if isinstance(value, pydantic.BaseModel) else value

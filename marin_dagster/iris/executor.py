@@ -26,15 +26,17 @@ launch/check/terminate; the executor calls `check_step_health` every
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import subprocess
 import sys
 import threading
+import typing
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dagster import (
@@ -64,12 +66,7 @@ from dagster._utils.error import SerializableErrorInfo
 
 from marin_dagster.execution.instance import fail_orphaned_runs, run_process_tags
 from marin_dagster.iris import placement
-from marin_dagster.iris.executor_k8s import (
-    KubernetesLauncher,
-    KubernetesSettings,
-    check_placeable,
-    step_job_name,
-)
+from marin_dagster.iris.executor_k8s import KubernetesLauncher, check_placeable, step_job_name
 from marin_dagster.iris.inventory import DeviceLeases, LocalInventory, default_lease_dir
 from marin_dagster.iris.processes import (
     RUN_PID_ENV,
@@ -79,10 +76,15 @@ from marin_dagster.iris.processes import (
     was_preempted,
 )
 from marin_dagster.iris.resource_config import ResourceConfig, ResourceConfigError
+from marin_dagster.iris.settings import (
+    IrisSettings,
+    field_default,
+    settings_fields,
+    unwrap_optional,
+)
 
 logger = logging.getLogger(__name__)
 
-LAUNCHERS = ("local", "kubernetes")
 WORKER_MODULE = "marin_dagster.iris.executor_worker"
 _TERMINAL_EVENTS = {
     DagsterEventType.STEP_SUCCESS,
@@ -91,123 +93,52 @@ _TERMINAL_EVENTS = {
 }
 
 
-@dataclass(frozen=True)
-class IrisSettings:
-    """Everything the Iris executor is configured with (the executor config, IrisResource)."""
-
-    launcher: str = "local"
-    max_concurrent: int | None = None
-    inventory_gpus: tuple[str, ...] | None = None
-    inventory_gpu_type: str | None = None
-    inventory_tpu_chips: tuple[str, ...] | None = None
-    inventory_tpu_type: str | None = None
-    lease_dir: str | None = None
-    max_retries_preemption: int = 10
-    max_retries_failure: int = 0
-    termination_grace_seconds: float = 10.0
-    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
-
-    def __post_init__(self) -> None:
-        if self.launcher not in LAUNCHERS:
-            raise ResourceConfigError(
-                f"Iris launcher={self.launcher!r}; choose one of {', '.join(LAUNCHERS)}"
-            )
-        for name in ("max_retries_preemption", "max_retries_failure"):
-            if getattr(self, name) < 0:
-                raise ResourceConfigError(f"Iris {name}={getattr(self, name)} must be >= 0")
-        if self.max_concurrent is not None and self.max_concurrent < 1:
-            raise ResourceConfigError(f"Iris max_concurrent={self.max_concurrent} must be >= 1")
-
-    @property
-    def cpu_slots(self) -> int:
-        return self.max_concurrent or os.cpu_count() or 1
-
-    def inventory(self) -> LocalInventory:
-        return LocalInventory.from_config(
-            gpus=list(self.inventory_gpus) if self.inventory_gpus is not None else None,
-            gpu_type=self.inventory_gpu_type,
-            tpu_chips=list(self.inventory_tpu_chips) if self.inventory_tpu_chips is not None else None,
-            tpu_type=self.inventory_tpu_type,
-        )
-
-    @staticmethod
-    def from_config(config: Mapping[str, Any]) -> IrisSettings:
-        """From the executor's config dict (see IRIS_EXECUTOR_CONFIG_SCHEMA)."""
-        inv = config.get("inventory") or {}
-        k8s = dict(config.get("kubernetes") or {})
-        for key in ("env_config_maps", "env_secrets", "volumes", "volume_mounts"):
-            if key in k8s:
-                k8s[key] = tuple(k8s[key])
-        return IrisSettings(
-            launcher=config.get("launcher", "local"),
-            max_concurrent=config.get("max_concurrent"),
-            inventory_gpus=tuple(inv["gpus"]) if inv.get("gpus") is not None else None,
-            inventory_gpu_type=inv.get("gpu_type"),
-            inventory_tpu_chips=tuple(inv["tpu_chips"]) if inv.get("tpu_chips") is not None else None,
-            inventory_tpu_type=inv.get("tpu_type"),
-            lease_dir=config.get("lease_dir"),
-            max_retries_preemption=config.get("max_retries_preemption", 10),
-            max_retries_failure=config.get("max_retries_failure", 0),
-            termination_grace_seconds=float(config.get("termination_grace_seconds", 10.0)),
-            kubernetes=KubernetesSettings(**k8s),
-        )
+def _dagster_type(tp: Any) -> Any:
+    inner, optional = unwrap_optional(tp)
+    if dataclasses.is_dataclass(inner):
+        converted: Any = Shape({f.name: _dagster_field(f, t) for f, t in settings_fields(inner)})
+    elif typing.get_origin(inner) is tuple:
+        converted = [_dagster_type(typing.get_args(inner)[0])]
+    elif typing.get_origin(inner) in (Mapping, dict):
+        key, value = typing.get_args(inner)
+        converted = Permissive() if value is Any else Map(key, value)
+    else:
+        converted = inner
+    return Noneable(converted) if optional else converted
 
 
-_K8S_SCHEMA = Shape(
-    {
-        "image": Field(Noneable(str), is_required=False, default_value=None,
-                       description="Image of step pods; defaults to the run launcher's / code location's."),
-        "namespace": Field(str, is_required=False, default_value="default"),
-        "service_account_name": Field(Noneable(str), is_required=False, default_value=None,
-                                      description="Kubernetes service account (bind it to a GCP one with Workload Identity)."),
-        "image_pull_policy": Field(str, is_required=False, default_value="IfNotPresent"),
-        "env_config_maps": Field([str], is_required=False, default_value=[]),
-        "env_secrets": Field([str], is_required=False, default_value=[],
-                             description="Kubernetes Secrets whose keys all become env vars (envFrom)."),
-        "secret_env": Field(Map(str, str), is_required=False, default_value={},
-                            description="ENV_NAME -> 'secret-name:key' (valueFrom.secretKeyRef)."),
-        "env": Field(Map(str, str), is_required=False, default_value={},
-                     description="Plain, non-secret env values for step pods."),
-        "volumes": Field([Permissive()], is_required=False, default_value=[]),
-        "volume_mounts": Field([Permissive()], is_required=False, default_value=[]),
-        "labels": Field(Map(str, str), is_required=False, default_value={}),
-        "ttl_seconds_after_finished": Field(int, is_required=False, default_value=600),
-        "dagster_home": Field(str, is_required=False, default_value="/opt/dagster/dagster_home"),
-        "postgres_password_secret": Field(Noneable(str), is_required=False,
-                                          default_value="dagster-postgresql-secret"),
-        "load_incluster_config": Field(bool, is_required=False, default_value=True),
-        "kubeconfig_file": Field(Noneable(str), is_required=False, default_value=None),
-        "require_shared_instance": Field(bool, is_required=False, default_value=True),
-        "step_k8s_config": Field(Permissive(), is_required=False, default_value={}),
-    }
-)
+def _dagster_field(f: dataclasses.Field, tp: Any) -> Field:
+    description = f.metadata.get("description") or None
+    inner, _ = unwrap_optional(tp)
+    if dataclasses.is_dataclass(inner):  # defaults come from the nested fields
+        return Field(_dagster_type(tp), is_required=False, description=description)
+    return Field(_dagster_type(tp), is_required=False, default_value=_plain_default(f),
+                 description=description)
 
+
+def _plain_default(f: dataclasses.Field) -> Any:
+    value = field_default(f)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+# The executor's config: every IrisSettings field (derived, so it cannot drift from
+# IrisResource), plus Dagster's own executor settings.
 IRIS_EXECUTOR_CONFIG_SCHEMA: dict[str, Field] = {
-    "launcher": Field(str, is_required=False, default_value="local",
-                      description="Where accelerator steps run: 'local' or 'kubernetes'."),
-    "max_concurrent": Field(Noneable(int), is_required=False, default_value=None,
-                            description="CPU step subprocesses at once (default: CPU count)."),
-    "inventory": Field(
-        Shape({
-            "gpus": Field(Noneable([str]), is_required=False, default_value=None),
-            "gpu_type": Field(Noneable(str), is_required=False, default_value=None),
-            "tpu_chips": Field(Noneable([str]), is_required=False, default_value=None),
-            "tpu_type": Field(Noneable(str), is_required=False, default_value=None),
-        }),
-        is_required=False,
-        description="Local devices; detected (nvidia-smi -L, /dev/accel*) when none are listed.",
-    ),
-    "lease_dir": Field(Noneable(str), is_required=False, default_value=None,
-                       description="Directory of device lease files shared by the host's runs."),
-    "max_retries_preemption": Field(int, is_required=False, default_value=10),
-    "max_retries_failure": Field(int, is_required=False, default_value=0),
-    "termination_grace_seconds": Field(float, is_required=False, default_value=10.0),
-    "check_step_health_interval_seconds": Field(int, is_required=False, default_value=1),
-    "sleep_seconds": Field(float, is_required=False, default_value=0.5),
+    **{f.name: _dagster_field(f, tp) for f, tp in settings_fields(IrisSettings)},
     "retries": get_retries_config(),
     "tag_concurrency_limits": get_tag_concurrency_limits_config(),
-    "kubernetes": Field(_K8S_SCHEMA, is_required=False),
 }
+
+
+def settings_from_executor_config(config: Mapping[str, Any]) -> IrisSettings:
+    return IrisSettings.from_dict({k: v for k, v in config.items() if k in _SETTING_NAMES})
+
+
+_SETTING_NAMES = {f.name for f in dataclasses.fields(IrisSettings)}
 
 
 @dataclass
@@ -262,7 +193,7 @@ class IrisStepHandler(StepHandler):
     @property
     def inventory(self) -> LocalInventory:
         if self._inventory is None:
-            self._inventory = self._settings.inventory()
+            self._inventory = self._settings.inventory.local_inventory()
             self._leases = DeviceLeases(self._inventory, self._settings.lease_dir or default_lease_dir())
         return self._inventory
 
@@ -673,13 +604,13 @@ def iris_executor(init_context: InitExecutorContext) -> Executor:
     (`ResourceConfig.to_op_tags()`).
     """
     config = init_context.executor_config
-    settings = IrisSettings.from_config(config)
+    settings = settings_from_executor_config(config)
     retries = RetryMode.from_config(config["retries"])
     return IrisExecutor(
         IrisStepHandler(settings, check.not_none(retries)),
         retries=check.not_none(retries),
-        sleep_seconds=config.get("sleep_seconds"),
-        check_step_health_interval_seconds=config.get("check_step_health_interval_seconds"),
+        sleep_seconds=settings.sleep_seconds,
+        check_step_health_interval_seconds=settings.check_step_health_interval_seconds,
         tag_concurrency_limits=config.get("tag_concurrency_limits"),
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
@@ -33,6 +33,7 @@ from marin_dagster.iris.resource_config import (
     ResourceConfigError,
     TpuConfig,
 )
+from marin_dagster.iris.settings import KubernetesSettings
 
 logger = logging.getLogger(__name__)
 
@@ -44,48 +45,6 @@ MANAGED_LABEL = "marin/iris"
 # Pod conditions/reasons Kubernetes uses when a pod is taken away rather than failing itself.
 _PREEMPTION_REASONS = {"Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown", "Terminated",
                        "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"}
-
-
-@dataclass(frozen=True)
-class KubernetesSettings:
-    """Where and how accelerator step Jobs run (used when the instance has no K8sRunLauncher)."""
-
-    image: str | None = None
-    namespace: str = "default"
-    service_account_name: str | None = None
-    image_pull_policy: str = "IfNotPresent"
-    # Whole ConfigMaps / Secrets as environment (envFrom).
-    env_config_maps: tuple[str, ...] = ()
-    env_secrets: tuple[str, ...] = ()
-    # ENV_NAME -> "secret-name:key", as valueFrom.secretKeyRef.
-    secret_env: Mapping[str, str] = field(default_factory=dict)
-    # Plain, non-secret values.
-    env: Mapping[str, str] = field(default_factory=dict)
-    volumes: tuple[Mapping[str, Any], ...] = ()
-    volume_mounts: tuple[Mapping[str, Any], ...] = ()
-    labels: Mapping[str, str] = field(default_factory=dict)
-    ttl_seconds_after_finished: int = 600
-    # How the step pods reach the run's instance (Dagster Helm chart defaults).
-    dagster_home: str = "/opt/dagster/dagster_home"
-    postgres_password_secret: str | None = "dagster-postgresql-secret"
-    load_incluster_config: bool = True
-    kubeconfig_file: str | None = None
-    # Step pods write events to the run's instance: refuse an instance only this host can read.
-    require_shared_instance: bool = True
-    # Raw dagster-k8s config merged into every step Job (UserDefinedDagsterK8sConfig fields).
-    step_k8s_config: Mapping[str, Any] = field(default_factory=dict)
-
-    def secret_env_vars(self) -> list[dict[str, Any]]:
-        env = []
-        for name, ref in sorted(self.secret_env.items()):
-            secret, sep, key = ref.partition(":")
-            if not sep or not secret or not key:
-                raise ResourceConfigError(
-                    f"kubernetes.secret_env[{name!r}]={ref!r}: write 'secret-name:key' "
-                    f"(the Kubernetes Secret and the key inside it)"
-                )
-            env.append({"name": name, "value_from": {"secret_key_ref": {"name": secret, "key": key}}})
-        return env
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,9 @@ from dagster._grpc.types import ExecuteStepArgs
 from kubernetes import client
 
 from marin_dagster.iris import ResourceConfig, ResourceConfigError
-from marin_dagster.iris.executor import IrisSettings, IrisStepHandler
-from marin_dagster.iris.executor_k8s import (
-    KubernetesLauncher,
-    KubernetesSettings,
-    classify_failed_pods,
-)
+from marin_dagster.iris.executor import IrisStepHandler
+from marin_dagster.iris.executor_k8s import KubernetesLauncher, classify_failed_pods
+from marin_dagster.iris.settings import IrisSettings, KubernetesSettings
 from tests.iris import jobs
 from tests.iris.fake_k8s import FakeBatchV1Api, FakeCoreV1Api
 

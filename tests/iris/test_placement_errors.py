@@ -51,7 +51,7 @@ def test_iris_resource_configures_the_executor():
         kubernetes=IrisKubernetes(image="img:1", secret_env={"HF_TOKEN": "hf:token"}),
     )
     settings = iris.settings()
-    assert settings.inventory().count("gpu") == 2
+    assert settings.inventory.local_inventory().count("gpu") == 2
     assert settings.max_retries_preemption == 3
     assert settings.kubernetes.secret_env_vars() == [
         {"name": "HF_TOKEN", "value_from": {"secret_key_ref": {"name": "hf", "key": "token"}}}
