@@ -74,12 +74,11 @@ def _instance() -> Any:
     return dg.DagsterInstance.get()
 
 
-def status_rows(prefix: str) -> tuple[list[str], list[list[Any]]]:
+def status_rows(prefix: str, instance: Any = None) -> tuple[list[str], list[list[Any]]]:
     """The `marin status` table: one row per asset of the code location."""
     from marin_dagster import fs
     from marin_dagster.execution.status import MANIFEST_FILE, read_status
 
-    instance = _instance()
     columns = ["asset", "version", "status", "output", "size", "last materialization"]
     rows = []
     for step in _steps():
@@ -111,7 +110,15 @@ def status_rows(prefix: str) -> tuple[list[str], list[list[Any]]]:
 def _cmd_status(args: argparse.Namespace) -> int:
     from marin_dagster.ducky import format_table
 
-    columns, rows = status_rows(_prefix(args.prefix))
+    instance = _instance()
+    if instance is not None:
+        from marin_dagster.execution.instance import fail_orphaned_runs
+
+        ended = fail_orphaned_runs(instance)
+        if ended:
+            sys.stderr.write(f"marin status: marked {len(ended)} run(s) whose process on this host is "
+                             f"gone as failed: {', '.join(ended)}\n")
+    columns, rows = status_rows(_prefix(args.prefix), instance)
     if args.json:
         sys.stdout.write(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2) + "\n")
     else:
