@@ -48,7 +48,7 @@ from marin_dagster.tokenize.records import (
     read_records,
 )
 from marin_dagster.tokenize.tokenizer import find_eos_id, load_tokenizer, vocab_size
-from marin_dagster.zephyr import Dataset, ShardFailedError, ZephyrContext
+from marin_dagster.zephyr import Dataset, InputError, ShardFailedError, ZephyrContext
 
 logger = logging.getLogger(__name__)
 
@@ -314,9 +314,9 @@ def run_jobs(jobs: Sequence[ShardJob], max_workers: int | None, backend: str = "
         with ZephyrContext(max_workers=max_workers, backend=backend, **context_options) as ctx:
             return list(ctx.execute(ds).results)
     except ShardFailedError as e:
-        # A bad record is the user's to fix: surface it as itself (file, record,
+        # A bad record or file is the user's to fix: surface it as itself (file, line,
         # reason), not wrapped in the engine's shard failure.
-        if isinstance(e.__cause__, BadRecordError):
+        if isinstance(e.__cause__, BadRecordError | InputError):
             raise e.__cause__ from None
         raise
 
