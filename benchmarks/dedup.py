@@ -47,7 +47,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from marin_dagster.datasets import shakespeare  # noqa: E402
-from marin_dagster.dupekit import deduplicate  # noqa: E402
+from marin_dagster.dupekit import DedupConfig, deduplicate  # noqa: E402
 from marin_dagster.dupekit.minhash import MinHasher  # noqa: E402
 from marin_dagster.dupekit.shingles import (  # noqa: E402
     ShingleConfig,
@@ -302,7 +302,7 @@ def main() -> None:
             for verify in (False, True):
                 out = os.path.join(tmp, f"out-{verify}")
                 t0 = time.perf_counter()
-                result = deduplicate(files, out, mode="fuzzy", verify=verify,
+                result = deduplicate(files, out, DedupConfig(mode="fuzzy", verify=verify),
                                      max_workers=args.workers)
                 ours[verify] = min(ours.get(verify, float("inf")), time.perf_counter() - t0)
                 scores[verify] = _clusters_removed(result)

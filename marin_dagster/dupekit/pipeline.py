@@ -154,42 +154,19 @@ def _node_mark(state: dict) -> Iterator[dict]:
 def deduplicate(
     source_files: str | Sequence[str],
     output_path: str,
+    config: DedupConfig = DedupConfig(),  # noqa: B008 -- frozen, so one shared default is safe
     *,
-    mode: DedupMode = "exact",
-    text_key: str = "text",
-    id_key: str = "id",
-    shingle: Literal["char", "word"] = "char",
-    ngram: int = 5,
-    num_perm: int = 128,
-    seed: int = 42,
-    threshold: float = 0.8,
-    bands: int | None = None,
-    rows: int | None = None,
-    verify: bool = False,
-    verify_margin: float = 0.1,
-    max_chars: int = 500_000,
-    num_shards: int | None = None,
-    bucket_partitions: int = 256,
-    cc_max_iterations: int = 64,
     max_workers: int | None = None,
     backend: str = "local",
     context: ZephyrContext | None = None,
-    config: DedupConfig | None = None,
 ) -> DedupResult:
     """Deduplicate JSONL documents into `output_path` (see docs/dupekit.md for the layout).
 
-    `source_files`: a glob, a file, or a list of files (JSONL, plain/.gz/.zst).
-    `config` (a DedupConfig) replaces the keyword settings when given. The run
-    uses `context` if given (its workers and backend), else a ZephyrContext
-    of `max_workers` on `backend`, shut down at the end.
+    `source_files`: a glob, a file, or a list of files (JSONL, plain/.gz/.zst). `config`
+    decides the output; how it runs does not: the run uses `context` if given (its
+    workers, backend and progress), else a ZephyrContext of `max_workers` on `backend`,
+    shut down at the end.
     """
-    if config is None:
-        config = DedupConfig(mode=mode, text_key=text_key, id_key=id_key, shingle=shingle,
-                             ngram=ngram, num_perm=num_perm, seed=seed, threshold=threshold,
-                             bands=bands, rows=rows, verify=verify,
-                             verify_margin=verify_margin, max_chars=max_chars,
-                             num_shards=num_shards, bucket_partitions=bucket_partitions,
-                             cc_max_iterations=cc_max_iterations)
     sources = resolve_sources(source_files)
     output_path = fs.normalize(output_path)
     # Shard counts follow the input, never the worker count, so the outputs are

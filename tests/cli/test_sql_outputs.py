@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from marin_dagster import fs
-from marin_dagster.dupekit import deduplicate
+from marin_dagster.dupekit import DedupConfig, deduplicate
 from marin_dagster.execution.step import execute_step
 from marin_dagster.tokenize import train_tokenizer
 from tests.conftest import free_port
@@ -61,7 +61,7 @@ def _build(prefix: str) -> dict[str, Any]:
     counts: dict[str, Any] = {}
 
     def dedup(out: str) -> dict[str, Any]:
-        result = deduplicate(f"{raw}/*.jsonl.gz", out, mode="fuzzy", max_workers=1)
+        result = deduplicate(f"{raw}/*.jsonl.gz", out, DedupConfig(mode="fuzzy"), max_workers=1)
         counts.update(result.counts)
         return {}
 

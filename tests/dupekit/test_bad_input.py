@@ -10,7 +10,7 @@ import os
 import pytest
 import zstandard
 
-from marin_dagster.dupekit import deduplicate
+from marin_dagster.dupekit import DedupConfig, deduplicate
 
 DOCS = [{"id": i, "text": f"the quick brown fox number {i % 40}"} for i in range(120)]
 
@@ -35,7 +35,7 @@ def test_good_file_plus_truncated_file_fails(tmp_path, suffix) -> None:
     data = compress(_jsonl(DOCS[60:]))
     bad = _write(tmp_path / "in" / f"b{suffix}", data[: len(data) - 4])
     with pytest.raises(Exception) as err:
-        deduplicate([good, bad], str(tmp_path / "out"), mode="exact", backend="inline")
+        deduplicate([good, bad], str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
     msg = str(err.value)
     assert bad in msg and "truncated" in msg and "re-download or regenerate" in msg
     assert not os.path.exists(tmp_path / "out" / "counts.json")
@@ -46,7 +46,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path) -> None:
     lines.append(b'{"id": 99, "text": "na\xefve"}')
     path = _write(tmp_path / "in" / "latin1.jsonl", b"\n".join(lines) + b"\n")
     with pytest.raises(Exception) as err:
-        deduplicate(path, str(tmp_path / "out"), mode="exact", backend="inline")
+        deduplicate(path, str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
     msg = str(err.value)
     assert "latin1.jsonl" in msg and "line 5" in msg and "UTF-8" in msg
 
@@ -55,4 +55,4 @@ def test_record_errors_name_the_line(tmp_path) -> None:
     text = json.dumps(DOCS[0]) + "\n\n\n" + json.dumps({"id": 1, "body": "x"}) + "\n"
     path = _write(tmp_path / "in" / "gaps.jsonl", text.encode())
     with pytest.raises(Exception, match=r"gaps\.jsonl: line 4: record 1 has no 'text' field"):
-        deduplicate(path, str(tmp_path / "out"), mode="exact", backend="inline")
+        deduplicate(path, str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from marin_dagster.dupekit import deduplicate
+from marin_dagster.dupekit import DedupConfig, deduplicate
 from tests.dupekit.corpus import read_jsonl_gz, write_jsonl_gz
 
 
@@ -27,7 +27,7 @@ def _all(paths: list[str]) -> list[dict]:
 def test_exact_finds_every_identical_milton_pair(shakespeare_docs, corpus_files, local_ctx,
                                                  tmp_path):
     out = str(tmp_path / "dedup")
-    result = deduplicate(corpus_files, out, mode="exact", context=local_ctx)
+    result = deduplicate(corpus_files, out, DedupConfig(mode="exact"), context=local_ctx)
 
     by_bytes: dict[str, list[str]] = {}
     for d in shakespeare_docs:
@@ -75,7 +75,7 @@ def test_exact_edge_cases(tmp_path):
         {"id": "long-2", "text": "x" * 50 + "tail two"},
     ])
     out = str(tmp_path / "out")
-    result = deduplicate(str(tmp_path / "in/**/*.jsonl.gz"), out, mode="exact", max_chars=50,
+    result = deduplicate(str(tmp_path / "in/**/*.jsonl.gz"), out, DedupConfig(mode="exact", max_chars=50),
                          max_workers=1, backend="inline")
     attrs = [r for p in result.attributes for r in read_jsonl_gz(p)]
     dup = {r["id"]: r["cluster_id"] for r in attrs if r["duplicate"]}
@@ -101,7 +101,7 @@ def test_paragraph_dedup(local_ctx, tmp_path):
         {"id": "d1", "text": f"First.\n{shared}"},
         {"id": "d4", "text": "First."},
     ])
-    result = deduplicate([f2, f1], str(tmp_path / "out"), mode="paragraph", context=local_ctx)
+    result = deduplicate([f2, f1], str(tmp_path / "out"), DedupConfig(mode="paragraph"), context=local_ctx)
     attrs = {r["id"]: r for p in result.attributes for r in read_jsonl_gz(p)}
     docs = {r["id"]: r for p in result.documents for r in read_jsonl_gz(p)}
     source = {"d2": f"Unique opening.\n{shared}\n\nSecond unique line.",
@@ -132,6 +132,6 @@ def test_bad_records_are_named(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": 0, "text": "fine"}\n' + line + "\n")
     with pytest.raises(Exception, match=message) as info:
-        deduplicate(str(path), str(tmp_path / "out"), mode="exact", backend="inline")
+        deduplicate(str(path), str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
     assert "bad.jsonl" in str(info.value)
     assert not os.path.exists(tmp_path / "out" / "counts.json")

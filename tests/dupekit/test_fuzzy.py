@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from datasketch import MinHash
 
-from marin_dagster.dupekit import deduplicate, load_minhash_lsh, read_signatures
+from marin_dagster.dupekit import DedupConfig, deduplicate, load_minhash_lsh, read_signatures
 from marin_dagster.dupekit.hashing import shingle_hash
 from marin_dagster.dupekit.shingles import ShingleConfig, shingle_strings
 from tests.dupekit.corpus import (
@@ -62,7 +62,7 @@ def _attributes(result) -> dict:
 
 
 def test_fuzzy_recall_at_default_threshold(corpus, similar_pairs, local_ctx, tmp_path):
-    result = deduplicate(corpus["files"], str(tmp_path / "out"), mode="fuzzy", context=local_ctx)
+    result = deduplicate(corpus["files"], str(tmp_path / "out"), DedupConfig(mode="fuzzy"), context=local_ctx)
     attrs = _attributes(result)
     assert len(attrs) == len(corpus["docs"])
     # Qualifying pairs: the 7 identical Milton pairs and edited passages; the plays'
@@ -98,7 +98,7 @@ def test_fuzzy_recall_at_default_threshold(corpus, similar_pairs, local_ctx, tmp
 
 
 def test_fuzzy_verification_precision(corpus, similar_pairs, local_ctx, tmp_path):
-    result = deduplicate(corpus["files"], str(tmp_path / "out"), mode="fuzzy", verify=True,
+    result = deduplicate(corpus["files"], str(tmp_path / "out"), DedupConfig(mode="fuzzy", verify=True),
                          context=local_ctx)
     links = {(r["a"], r["b"]) for p in glob.glob(str(tmp_path / "out/links/*.jsonl.gz"))
              for r in read_jsonl_gz(p)}
@@ -116,8 +116,8 @@ def test_fuzzy_verification_precision(corpus, similar_pairs, local_ctx, tmp_path
 
 def test_every_link_checked_exactly_with_the_widest_margin(corpus, local_ctx, tmp_path):
     """verify_margin=1: no link on an estimate; each holds at the threshold on the shingle sets."""
-    result = deduplicate(corpus["files"], str(tmp_path / "out"), mode="fuzzy", verify=True,
-                         verify_margin=1.0, context=local_ctx)
+    result = deduplicate(corpus["files"], str(tmp_path / "out"),
+                         DedupConfig(mode="fuzzy", verify=True, verify_margin=1.0), context=local_ctx)
     links = {(r["a"], r["b"]) for p in glob.glob(str(tmp_path / "out/links/*.jsonl.gz"))
              for r in read_jsonl_gz(p)}
     assert links
@@ -163,7 +163,7 @@ def test_exact_check_rereads_the_shingles_and_holds_at_the_threshold(tmp_path):
 
 def test_signature_set_matches_datasketch_and_answers_queries(corpus, local_ctx, tmp_path):
     files = corpus["files"][:1]
-    deduplicate(files, str(tmp_path / "out"), mode="fuzzy", seed=7, context=local_ctx)
+    deduplicate(files, str(tmp_path / "out"), DedupConfig(mode="fuzzy", seed=7), context=local_ctx)
     paths = sorted(glob.glob(str(tmp_path / "out/signatures/*.parquet")))
     ids, sigs, meta = read_signatures(paths)
     assert meta["num_perm"] == 128 and meta["seed"] == 7
@@ -205,15 +205,15 @@ def test_same_output_on_1_and_2_workers_and_ray(corpus, local_ctx, ray_cluster, 
     for name, kwargs in [("one", {"max_workers": 1}), ("two", {"context": local_ctx}),
                          ("ray", {"max_workers": 2, "backend": "ray"})]:
         out = str(tmp_path / name)
-        deduplicate(files, out, mode="fuzzy", verify=True, **kwargs)
+        deduplicate(files, out, DedupConfig(mode="fuzzy", verify=True), **kwargs)
         outputs.append(_output_bytes(out))
     assert set(outputs[0]) >= {"counts.json", "links/part-00000-of-00004.jsonl.gz",
                                "attributes/part-0.jsonl.gz", "documents/part-3.jsonl.gz",
                                "signatures/part-00002.parquet"}
     assert outputs[0] == outputs[1] == outputs[2]
     exact = [_output_bytes(out) for out in (
-        deduplicate(files, str(tmp_path / "exact-local"), mode="exact", context=local_ctx).output_path,
-        deduplicate(files, str(tmp_path / "exact-ray"), mode="exact", max_workers=2,
+        deduplicate(files, str(tmp_path / "exact-local"), DedupConfig(mode="exact"), context=local_ctx).output_path,
+        deduplicate(files, str(tmp_path / "exact-ray"), DedupConfig(mode="exact"), max_workers=2,
                     backend="ray").output_path)]
     assert exact[0] == exact[1]
 
@@ -230,8 +230,9 @@ def test_fuzzy_word_shingles_short_and_empty_documents(tmp_path):
         {"id": "other", "text": "an entirely different sentence about ships and the sea"},
         {"id": "short2", "text": "two words"},
     ])]
-    result = deduplicate(files, str(tmp_path / "out"), mode="fuzzy", shingle="word", ngram=3,
-                         threshold=0.7, backend="inline")
+    result = deduplicate(files, str(tmp_path / "out"),
+                         DedupConfig(mode="fuzzy", shingle="word", ngram=3, threshold=0.7),
+                         backend="inline")
     attrs = _attributes(result)
     assert {i for i, a in attrs.items() if a["duplicate"]} == {"x2"}
     assert attrs["x2"]["cluster_id"] == "x1"
@@ -240,6 +241,6 @@ def test_fuzzy_word_shingles_short_and_empty_documents(tmp_path):
     ids, _sigs, meta = read_signatures(sorted(glob.glob(str(tmp_path / "out/signatures/*"))))
     assert sorted(ids) == ["other", "x1", "x2"] and meta["shingle_kind"] == "word"
 
-    unique = deduplicate(files[1:], str(tmp_path / "out2"), mode="fuzzy", backend="inline")
+    unique = deduplicate(files[1:], str(tmp_path / "out2"), DedupConfig(mode="fuzzy"), backend="inline")
     assert unique.counts["document"]["duplicates"] == 0
     assert unique.counts["fuzzy"]["linked_pairs"] == 0
