@@ -5,7 +5,7 @@
 
 `watched_folder` is an observable source asset: observing it hashes the
 folder's files (the content hash is its data version). An experiment that
-lists an asset below it gets a sensor (`marin_dagster.sensors`) that requests
+lists an asset below it gets a sensor (`assets/sensors.py`) that requests
 a run of those assets when files are added, changed or deleted.
 
 `folder_corpus` turns the folder's text files into JSONL shards
@@ -15,6 +15,7 @@ holds the folder's path, not its content: the sensor's runs force a rebuild.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -26,21 +27,24 @@ import dagster as dg
 import pydantic
 
 from marin_dagster import fs
-from marin_dagster.execution import asset as execution_asset
-from marin_dagster.execution.asset import Step, StepContext, asset_key, step_for, versioned_asset
+from marin_dagster.datasets.watch import content_hash, file_digest, folder_state
+from marin_dagster.execution.asset import (
+    Step,
+    StepContext,
+    asset_key,
+    register_step,
+    step_for,
+    versioned_asset,
+)
 from marin_dagster.execution.version import StepConfig, compute_version
 from marin_dagster.iris import ResourceConfig
-from marin_dagster.sensors import WATCHED_KIND, content_hash, file_digest, folder_state
 
 
 class WatchedFolderConfig(StepConfig):
     path: str
 
 
-def _register(asset: dg.AssetsDefinition, step: Step) -> None:
-    # The registry of versioned steps (execution/asset.py) is how experiments
-    # find upstream assets; a watched folder is a step with no output of its own.
-    execution_asset._STEPS[id(asset)] = step
+WATCHED_KIND = "watched_folder"
 
 
 def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefinition:
@@ -74,7 +78,9 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
         observe = dg.multi_observable_source_asset(
             specs=[spec], name=f"observe_{key.to_python_identifier()}")(observe)
 
-    _register(observe, Step(name, WATCHED_KIND, version, config, {}, observe))
+    # A watched folder is a step with no output of its own: registered so that experiments
+    # find it upstream.
+    register_step(Step(name, WATCHED_KIND, version, config, {}, observe))
     return observe
 
 
@@ -148,5 +154,5 @@ def folder_corpus(name: str, source: dg.AssetsDefinition, *, resources: str | Re
     # lineage edge is added here, and the registry learns the upstream step.
     asset = built.map_asset_specs(lambda spec: spec.merge_attributes(deps=[source.key]))
     own = step_for(built)
-    _register(asset, Step(own.name, own.kind, own.version, own.config, {"source": folder_step}, asset))
+    register_step(dataclasses.replace(own, upstream={"source": folder_step}, asset=asset))
     return asset

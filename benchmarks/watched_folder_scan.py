@@ -23,7 +23,7 @@ import argparse  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from marin_dagster.sensors import FolderState  # noqa: E402
+from marin_dagster.datasets.watch import FolderState  # noqa: E402
 
 LIMIT_S = 60.0
 

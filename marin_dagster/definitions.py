@@ -9,8 +9,8 @@ import dagster as dg
 
 import assets.experiments
 from assets.experiment import Experiment
+from assets.sensors import sensors_for
 from marin_dagster.execution.asset import DuplicateAssetError, Step, upstream_closure
-from marin_dagster.sensors import sensors_for
 from resources import local_resources
 
 

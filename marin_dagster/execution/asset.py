@@ -127,6 +127,15 @@ class DuplicateAssetError(ValueError):
             "definition in both places")
 
 
+def register_step(step: Step) -> None:
+    """Make `step.asset` findable by reference (`step_for`), as every factory's asset is.
+
+    For factories that build their asset without `versioned_asset` (a watched folder) or
+    change it after (`map_asset_specs` returns a new object).
+    """
+    _STEPS[id(step.asset)] = step
+
+
 def step_for(asset: dg.AssetsDefinition) -> Step:
     try:
         return _STEPS[id(asset)]
@@ -270,5 +279,5 @@ def versioned_asset(
         metadata={"marin/kind": kind, "marin/version": version},
         kinds=set(kinds) or None,
     )(compute)
-    _STEPS[id(asset)] = Step(name, kind, version, config, upstream_steps, asset, _defined_at())
+    register_step(Step(name, kind, version, config, upstream_steps, asset, _defined_at()))
     return asset

@@ -9,7 +9,7 @@ import os
 import dagster as dg
 
 from assets import Experiment, folder_corpus, watched_folder
-from marin_dagster.sensors import watched_folder_sensor
+from assets.sensors import watched_folder_sensor
 from resources import local_resources
 
 inbox = watched_folder("raw/inbox", os.environ["MARIN_WATCHED_DIR"])

@@ -8,7 +8,8 @@ import time
 
 import dagster as dg
 
-from marin_dagster.sensors import CONTENT_TAG, WATCH_TAG, content_hash, file_digest
+from assets.sensors import CONTENT_TAG, WATCH_TAG
+from marin_dagster.datasets.watch import content_hash, file_digest
 from tests.conftest import REPO
 from tests.ui.dagster_process import dagster_process, log_tail
 

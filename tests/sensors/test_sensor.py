@@ -13,14 +13,10 @@ import dagster as dg
 import pytest
 
 from assets import Experiment, folder_corpus, watched_folder
+from assets.sensors import CONTENT_TAG, WATCH_TAG, watched_folder_sensor
+from marin_dagster.datasets.watch import forget_folder_states
 from marin_dagster.execution.asset import StepContext, versioned_asset
 from marin_dagster.execution.version import StepConfig
-from marin_dagster.sensors import (
-    CONTENT_TAG,
-    WATCH_TAG,
-    forget_folder_states,
-    watched_folder_sensor,
-)
 from resources import local_resources
 
 SETTLE_S = 0.4

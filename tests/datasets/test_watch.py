@@ -16,7 +16,12 @@ import pytest
 from dagster._core.definitions.observe import observe  # not re-exported by dagster 1.13
 
 from assets import watched_folder
-from marin_dagster.sensors import FolderState, content_hash, file_digest, forget_folder_states
+from marin_dagster.datasets.watch import (
+    FolderState,
+    content_hash,
+    file_digest,
+    forget_folder_states,
+)
 
 N = 10_000
 
