@@ -33,7 +33,13 @@ def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     processes, and gcsfs would answer `exists`, `info` and reads (their size) from a stale
     listing of the folder.
     """
-    fs, fs_path = fsspec.core.url_to_fs(path, use_listings_cache=False)
+    try:
+        fs, fs_path = fsspec.core.url_to_fs(path, use_listings_cache=False)
+    except ImportError as e:
+        if path.startswith(("gs://", "gcs://")):
+            raise ImportError(f"{path}: gs:// storage needs gcsfs; install it with "
+                              "pip install 'marin-dagster[gcs]'") from e
+        raise
     return fs, fs_path
 
 

@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMULATOR_BUCKET = "marin-test"
 
 # gcsfs 2026.x probes bucket types over gRPC and stalls for a minute per call
-# against the emulator (DESIGN section 8).
+# against the emulator; this switches the probe off.
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 # Anonymous gcsfs for the emulator, in this process and in subprocesses (fsspec reads
 # FSSPEC_<PROTOCOL>_<ARG> at import).

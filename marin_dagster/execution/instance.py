@@ -1,7 +1,7 @@
 """The persistent Dagster instance (sqlite under DAGSTER_HOME, default ./.dagster).
 
 Without a persistent instance Dagster keeps no history, so the UI and CLI
-would lose every run; DESIGN section 8.
+would lose every run (and skipping by provenance with it).
 """
 
 from __future__ import annotations
