@@ -3,7 +3,9 @@
 Layers are stacked along a leading axis and run with `lax.scan`, so compile
 time does not grow with depth (Levanter's `Stacked` does the same).
 Parameters stay float32; `compute_dtype` (e.g. bfloat16) is what matmuls run in.
-Softmax, norms' statistics and the loss are float32 either way.
+Softmax, norms' statistics and the loss are float32 either way. Attention is
+attention.py's (cuDNN flash attention on NVIDIA GPUs); the loss is loss.py's,
+which never holds all B x T x vocab logits at once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from marin_dagster.levanter.attention import causal_attention
 from marin_dagster.levanter.config import LlamaConfig
+from marin_dagster.levanter.loss import cross_entropy_sum, token_cross_entropy
 
 Params = dict
 
@@ -78,7 +82,8 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (x.astype(jnp.float32) * cos + rotated.astype(jnp.float32) * sin).astype(x.dtype)
 
 
-def attention(x: jax.Array, layer: Params, config: LlamaConfig, cos: jax.Array, sin: jax.Array) -> jax.Array:
+def attention(x: jax.Array, layer: Params, config: LlamaConfig, cos: jax.Array, sin: jax.Array,
+              implementation: str = "auto") -> jax.Array:
     b, t, _ = x.shape
     h, kv, hd = config.num_heads, config.num_kv_heads, config.actual_head_dim
     dtype = x.dtype
@@ -86,14 +91,7 @@ def attention(x: jax.Array, layer: Params, config: LlamaConfig, cos: jax.Array, 
     k = (x @ layer["k_proj"].astype(dtype)).reshape(b, t, kv, hd)
     v = (x @ layer["v_proj"].astype(dtype)).reshape(b, t, kv, hd)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    # Grouped-query attention: each of the kv heads serves `groups` query heads.
-    groups = h // kv
-    q = q.reshape(b, t, kv, groups, hd)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / jnp.sqrt(jnp.float32(hd))
-    causal = jnp.tril(jnp.ones((t, t), dtype=bool))
-    scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, h * hd)
+    out = causal_attention(q, k, v, implementation).reshape(b, t, h * hd)
     return out @ layer["o_proj"].astype(dtype)
 
 
@@ -114,35 +112,55 @@ def remat_block(block, remat: str):
     raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {remat!r}")
 
 
-def forward(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
-            *, remat: str = "none") -> jax.Array:
-    """Logits (float32, shape (B, T, vocab)) for int tokens of shape (B, T)."""
+def hidden_states(params: Params, tokens: jax.Array, config: LlamaConfig,
+                  compute_dtype: jnp.dtype = jnp.float32, *, remat: str = "none",
+                  attention_impl: str = "auto") -> jax.Array:
+    """The final normed hidden states (B, T, hidden_dim), in the compute dtype."""
     t = tokens.shape[1]
     eps = config.layer_norm_epsilon
     cos, sin = rope_tables(t, config.actual_head_dim, config.rope_theta)
     x = params["token_embedding"][tokens].astype(compute_dtype)
 
     def block(x: jax.Array, layer: Params) -> tuple[jax.Array, None]:
-        x = x + attention(rms_norm(x, layer["attn_norm"], eps), layer, config, cos, sin)
+        x = x + attention(rms_norm(x, layer["attn_norm"], eps), layer, config, cos, sin, attention_impl)
         x = x + mlp(rms_norm(x, layer["mlp_norm"], eps), layer)
         return x, None
 
     x, _ = jax.lax.scan(remat_block(block, remat), x, params["layers"])
-    x = rms_norm(x, params["final_norm"], eps)
-    head = params["token_embedding"].T if config.tie_word_embeddings else params["lm_head"]
-    return (x @ head.astype(compute_dtype)).astype(jnp.float32)
+    return rms_norm(x, params["final_norm"], eps)
+
+
+def lm_head(params: Params, config: LlamaConfig) -> jax.Array:
+    """The (hidden_dim, vocab) output projection, float32."""
+    return params["token_embedding"].T if config.tie_word_embeddings else params["lm_head"]
+
+
+def forward(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
+            *, remat: str = "none", attention_impl: str = "auto") -> jax.Array:
+    """Logits (float32, shape (B, T, vocab)) for int tokens of shape (B, T).
+
+    All B x T x vocab of them: for sampling and tests. Training and evaluation go
+    through loss.py, which makes them a chunk of positions at a time.
+    """
+    x = hidden_states(params, tokens, config, compute_dtype, remat=remat, attention_impl=attention_impl)
+    return jnp.einsum("btd,dv->btv", x, lm_head(params, config).astype(compute_dtype),
+                      preferred_element_type=jnp.float32)
 
 
 def token_losses(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
                  *, remat: str = "none") -> jax.Array:
-    """Next-token cross entropy (nats) for positions 0..T-2, shape (B, T-1)."""
-    logits = forward(params, tokens, config, compute_dtype, remat=remat)[:, :-1]
-    targets = tokens[:, 1:]
-    log_z = jax.nn.logsumexp(logits, axis=-1)
-    target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return log_z - target_logit
+    """Next-token cross entropy (nats) for positions 0..T-2, shape (B, T-1). Forward only (eval)."""
+    x = hidden_states(params, tokens, config, compute_dtype, remat=remat)
+    return token_cross_entropy(x[:, :-1], lm_head(params, config), tokens[:, 1:])
 
 
 def loss_fn(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
             *, remat: str = "none") -> jax.Array:
-    return jnp.mean(token_losses(params, tokens, config, compute_dtype, remat=remat))
+    """Mean next-token cross entropy over the batch: the training loss."""
+    b, t = tokens.shape
+    x = hidden_states(params, tokens, config, compute_dtype, remat=remat)
+    # Every position predicts the next token; the last has none, so it gets weight 0 (rather
+    # than slicing x to T-1 positions, which would copy it and break power-of-two chunks).
+    targets = jnp.concatenate([tokens[:, 1:], jnp.zeros((b, 1), tokens.dtype)], axis=1)
+    weights = jnp.broadcast_to(jnp.arange(t) < t - 1, (b, t)).astype(jnp.float32)
+    return cross_entropy_sum(x, lm_head(params, config), targets, weights) / (b * (t - 1))
