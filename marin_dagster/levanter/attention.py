@@ -24,7 +24,8 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "cudnn", "xla", "reference")
 @functools.cache
 def _on_nvidia_gpu() -> bool:
     device = jax.devices()[0]
-    return device.platform == "gpu" and "rocm" not in device.client.platform_version.lower()
+    version = getattr(getattr(device, "client", None), "platform_version", "")
+    return device.platform == "gpu" and "rocm" not in str(version).lower()
 
 
 def cudnn_applies(q: jax.Array) -> bool:
