@@ -244,7 +244,8 @@ def versioned_asset(
         output_path = storage.output_path(name, version)
         inputs = _input_paths(storage, upstream_steps)
         force = config.force or context.run.tags.get(FORCE_TAG, "").lower() in ("1", "true")
-        step = StepContext(name, version, context.run_id, context.log, context.resources, context)
+        run_id = context.run.run_id
+        step = StepContext(name, version, run_id, context.log, context.resources, context)
 
         def work(path: str) -> dict[str, Any]:
             fs.makedirs(path)
@@ -252,7 +253,7 @@ def versioned_asset(
 
         outcome = execute_step(
             output_path, version, work, force=force, lease=storage.lease_settings(),
-            run_id=context.run_id, log=context.log,
+            run_id=run_id, log=context.log,
         )
         files = outcome.manifest.get("files", {})
         return dg.MaterializeResult(

@@ -215,7 +215,7 @@ def _compiled(model: LlamaConfig, optimizer: AdamConfig, num_train_steps: int, d
         loss, grads = jax.value_and_grad(loss_fn)(state["params"], tokens, model, dtype, remat=remat)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
-        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads),
+        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
                    "learning_rate": schedule(state["step"])}
         return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
 
