@@ -6,8 +6,9 @@ as it ends, so a run stopped at its time limit still returns what it measured):
              cuDNN for bfloat16 on an NVIDIA GPU) against reference_attention, in bfloat16 and
              float32; one attention call's output and gradients likewise; whether the compiled
              train step calls cuDNN's fused attention;
-  150m       llama_150m, batch 64 x seq 1024, bfloat16, vocab 32000: hand loop vs engine, remat
-             none vs block, engine with a checkpoint every 10 steps vs none;
+  150m       llama_150m, batch 64 x seq 1024, bfloat16, vocab 32000: hand loop vs engine (remat
+             dots, the default), the hand loop under none and block, engine with a checkpoint
+             every 10 steps vs none;
   1.2b       the 1.2B config (benchmarks/train.py's llama_1_2b) at 16 x 2048, same comparisons
              without checkpoints;
   vocab128k  llama_150m with a 128256-token vocabulary at 32 x 1024: the hand loop and the engine
@@ -134,15 +135,15 @@ def main() -> None:
 
     stage("150m", lambda: bench(
         "llama_nano" if tiny else "llama_150m", vocab=512 if tiny else 32000, batch=4 if tiny else 64,
-        seq=64 if tiny else 1024, dtype="bfloat16", steps=20 if tiny else 60, rounds=2, remat="none",
-        alt_remat=("block",), checkpoint_every=10))
+        seq=64 if tiny else 1024, dtype="bfloat16", steps=20 if tiny else 60, rounds=2, remat="dots",
+        alt_remat=("none", "block"), checkpoint_every=10))
     stage("1.2b", lambda: bench(
         "llama_nano" if tiny else "llama_1_2b", vocab=512 if tiny else 32000, batch=2 if tiny else 16,
-        seq=128 if tiny else 2048, dtype="bfloat16", steps=20, rounds=1, remat="none",
-        alt_remat=("block",), checkpoint_every=None))
+        seq=128 if tiny else 2048, dtype="bfloat16", steps=20, rounds=1, remat="dots",
+        alt_remat=("none", "block"), checkpoint_every=None))
     stage("vocab128k", lambda: bench(
         "llama_nano" if tiny else "llama_150m", vocab=128256, batch=2 if tiny else 32,
-        seq=64 if tiny else 1024, dtype="bfloat16", steps=20, rounds=1, remat="none",
+        seq=64 if tiny else 1024, dtype="bfloat16", steps=20, rounds=1, remat="dots",
         checkpoint_every=None))
     say(f"all stages done; figures in {path}")
 

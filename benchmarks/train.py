@@ -12,7 +12,7 @@ Same model code, batch, sequence length and optimizer, measured in the same run
 
     .venv/bin/python benchmarks/train.py [--model llama_nano] [--steps 60] [--batch-size 8]
                                          [--seq-len 256] [--vocab 8192] [--dtype float32]
-                                         [--remat none] [--alt-remat block dots] [--json PATH]
+                                         [--remat dots] [--alt-remat none block] [--json PATH]
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def peak_device_gib() -> float | None:
 
 
 def run_benchmark(model_name: str, *, vocab: int, batch: int, seq: int, dtype: str, steps: int,
-                  rounds: int = 2, remat: str = "none", alt_remat: tuple[str, ...] = (),
+                  rounds: int = 2, remat: str = TrainerSettings().remat, alt_remat: tuple[str, ...] = (),
                   checkpoint_every: int | None = 10, engine: bool = True,
                   log: Any = print) -> dict[str, Any]:
     """Time the hand loop (under `remat` and each of `alt_remat`), the engine and the engine with
@@ -230,7 +230,7 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--remat", default="none", choices=REMAT_POLICIES)
+    p.add_argument("--remat", default=TrainerSettings().remat, choices=REMAT_POLICIES)
     p.add_argument("--alt-remat", nargs="*", default=[], choices=REMAT_POLICIES)
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--rounds", type=int, default=2)

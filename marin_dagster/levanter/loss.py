@@ -21,9 +21,9 @@ import jax.numpy as jnp
 CHUNK_ELEMENTS = 2**27
 
 
-def chunk_length(batch: int, seq_len: int, vocab: int, max_elements: int = CHUNK_ELEMENTS) -> int:
+def chunk_length(batch: int, seq_len: int, vocab: int, max_elements: int | None = None) -> int:
     """Positions per chunk: the whole sequence if its logits fit, else the largest power of two that does."""
-    fits = max(1, max_elements // (batch * vocab))
+    fits = max(1, (max_elements or CHUNK_ELEMENTS) // (batch * vocab))
     return seq_len if fits >= seq_len else 1 << (fits.bit_length() - 1)
 
 
@@ -46,7 +46,7 @@ def _logits(x: jax.Array, head: jax.Array) -> jax.Array:
 
 
 def token_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array,
-                        max_elements: int = CHUNK_ELEMENTS) -> jax.Array:
+                        max_elements: int | None = None) -> jax.Array:
     """Cross entropy (nats) of each position, shape (B, T): -log softmax(x @ head)[target].
 
     x: (B, T, D) final hidden states in the compute dtype; head: (D, vocab), cast to x's dtype.
@@ -67,7 +67,7 @@ def token_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array,
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def cross_entropy_sum(x: jax.Array, head: jax.Array, targets: jax.Array, weights: jax.Array,
-                      max_elements: int = CHUNK_ELEMENTS) -> jax.Array:
+                      max_elements: int | None = None) -> jax.Array:
     """sum(weights * token_cross_entropy(x, head, targets)): a float32 scalar, differentiable in
     x and head with the gradients computed chunk by chunk in the forward pass."""
     return jnp.sum(weights * token_cross_entropy(x, head, targets, max_elements))

@@ -122,7 +122,7 @@ class TrainerSettings:
     compute_dtype: str = "float32"
     num_devices: int | None = None  # None: all local devices
     parallelism: Parallelism = "data_parallel"
-    remat: str = "none"  # activation memory: model.REMAT_POLICIES says what each keeps
+    remat: str = "dots"  # activation memory: model.REMAT_POLICIES (dots: fastest measured, docs/benchmarks.md)
     # None: every tenth of the run (num_train_steps / 10, rounded up), so a killed run loses at
     # most a tenth of its work however short it is; the minutes bound long runs.
     checkpoint_every_steps: int | None = None
