@@ -14,7 +14,7 @@ from typing import Any
 
 import pydantic
 
-from marin_dagster.iris.settings import field_default, settings_fields, unwrap_optional
+from marin_dagster.settings import field_default, settings_fields, unwrap_optional
 
 
 def _config_type(tp: Any, nested: Mapping[type, type]) -> Any:

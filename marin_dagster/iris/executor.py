@@ -76,12 +76,8 @@ from marin_dagster.iris.processes import (
     was_preempted,
 )
 from marin_dagster.iris.resource_config import ResourceConfig, ResourceConfigError
-from marin_dagster.iris.settings import (
-    IrisSettings,
-    field_default,
-    settings_fields,
-    unwrap_optional,
-)
+from marin_dagster.iris.settings import IrisSettings
+from marin_dagster.settings import field_default, settings_fields, unwrap_optional
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Iris's settings, declared once (no Dagster here).
 
 The executor's config schema (`iris/executor.py`) and `IrisResource` (`resources/iris.py`)
-are both derived from these dataclasses, field by field, so a setting added here is
+are both derived from these dataclasses (`marin_dagster/settings.py`), field by field, so a setting added here is
 reachable from either and the two cannot drift. A field's description is its `metadata`.
 """
 
@@ -9,23 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import types
-import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from marin_dagster.iris.inventory import LocalInventory
 from marin_dagster.iris.resource_config import ResourceConfigError
+from marin_dagster.settings import setting, settings_fields, unwrap_optional
 
 LAUNCHERS = ("local", "kubernetes")
-
-
-def setting(default: Any = dataclasses.MISSING, description: str = "", *,
-            default_factory: Any = dataclasses.MISSING) -> Any:
-    """A settings field with the description the UI and the executor's schema show."""
-    return field(default=default, default_factory=default_factory,
-                 metadata={"description": description})
 
 
 @dataclass(frozen=True)
@@ -138,31 +130,6 @@ class IrisSettings:
     def from_dict(config: Mapping[str, Any]) -> IrisSettings:
         """From a (possibly partial) config dict; an unknown key is an error naming it."""
         return settings_from_dict(IrisSettings, config)
-
-
-# --- the one place that walks these dataclasses: both derivations use it ---------------------
-
-def settings_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
-    """`(field, resolved type)` of a settings dataclass, in declaration order."""
-    hints = typing.get_type_hints(cls)
-    return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
-
-
-def field_default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return dataclasses.MISSING
-
-
-def unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    """`(T, True)` for `T | None`, else `(tp, False)`."""
-    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(tp)) == 2:
-            return args[0], True
-    return tp, False
 
 
 def settings_from_dict(cls: type, data: Mapping[str, Any], where: str = "") -> Any:

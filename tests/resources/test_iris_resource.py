@@ -13,12 +13,8 @@ from dagster import Shape
 from dagster._config import process_config
 
 from marin_dagster.iris.executor import IRIS_EXECUTOR_CONFIG_SCHEMA, settings_from_executor_config
-from marin_dagster.iris.settings import (
-    IrisSettings,
-    field_default,
-    settings_fields,
-    unwrap_optional,
-)
+from marin_dagster.iris.settings import IrisSettings
+from marin_dagster.settings import field_default, settings_fields, unwrap_optional
 from resources.iris import IrisResource
 
 
