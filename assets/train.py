@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -12,40 +13,13 @@ import pydantic
 
 from marin_dagster import fs
 from marin_dagster.execution.asset import Step, StepContext, defining, step_for, versioned_asset
-from marin_dagster.execution.version import StepConfig, unversioned
+from marin_dagster.execution.version import StepConfig
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig, train
 from marin_dagster.levanter import evaluate as evaluate_checkpoint
 from marin_dagster.levanter.evaluate import evaluate_to_dict
 from marin_dagster.levanter.trainer import with_split
 from marin_dagster.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, vocab_size
-
-
-class TrainLmStepConfig(StepConfig):
-    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", strict=True,
-                                       arbitrary_types_allowed=True, protected_namespaces=())
-    version: str
-    model: LlamaConfig
-    optimizer: AdamConfig
-    weights: dict[str, float]
-    """Mixture weight per input dataset (by asset name)."""
-    batch_size: int = pydantic.Field(ge=1)
-    seq_len: int | None = pydantic.Field(None, ge=2)
-    """Tokens per training sequence (a token and its target at least); None: model.seq_len."""
-    num_train_steps: int = pydantic.Field(ge=1)
-    seed: int = 0
-    steps_per_eval: int | None = pydantic.Field(None, ge=1)
-    max_eval_batches: int | None = pydantic.Field(16, ge=1)
-    checkpoint_every: int | None = unversioned(None, ge=1)
-    keep: int | None = unversioned(None, ge=1)
-
-    @pydantic.model_validator(mode="after")
-    def _fits_the_model(self) -> TrainLmStepConfig:
-        if self.seq_len is not None and self.seq_len > self.model.seq_len:
-            raise ValueError(f"seq_len={self.seq_len} is above the model's maximum "
-                             f"(model.seq_len={self.model.seq_len}); lower seq_len or use a model "
-                             "config with a longer seq_len")
-        return self
 
 
 def _tokenizer_step(name: str, datasets: Mapping[dg.AssetsDefinition, float]) -> Step:
@@ -70,25 +44,18 @@ def _png_markdown(path: str, alt: str) -> str:
     return f"![{alt}](data:image/png;base64,{data})"
 
 
-def _run_train(config: TrainLmStepConfig, inputs: Mapping[str, str], output_path: str,
+def _run_train(config: TrainLmConfig, inputs: Mapping[str, str], output_path: str,
                step: StepContext) -> dict[str, Any]:
     levanter = step.resources.levanter
     tok = load_tokenizer(fs.join(inputs["tokenizer"], TOKENIZER_FILE))
-    train_config = TrainLmConfig(
-        model=config.model,
-        datasets={inputs[name]: weight for name, weight in config.weights.items()},
-        optimizer=config.optimizer,
-        batch_size=config.batch_size,
-        seq_len=config.seq_len,
-        num_train_steps=config.num_train_steps,
-        seed=config.seed,
-        steps_per_eval=config.steps_per_eval,
-        max_eval_batches=config.max_eval_batches,
+    # The experiment names datasets by asset; the engine reads their token caches.
+    train_config = dataclasses.replace(
+        config,
+        datasets={inputs[name]: weight for name, weight in config.datasets.items()},
         # Eval metrics named by asset, as the evaluate(...) asset names them.
-        validation=with_split({name: inputs[name] for name in config.weights}, "validation"),
+        validation=with_split({name: inputs[name] for name in config.datasets},
+                              config.validation_split),
         tokenizer_vocab_size=vocab_size(tok),
-        checkpoint_every=config.checkpoint_every,
-        keep=config.keep,
     )
     result = train(train_config, output_path, settings=levanter.settings(),
                    on_metrics=levanter.metrics_logger(step.log),
@@ -125,26 +92,27 @@ def train_lm(
     resources: str | ResourceConfig = "cpu",
     **config: Any,
 ) -> dg.AssetsDefinition:
-    """A Llama trained on a mixture of tokenized datasets; output: orbax checkpoints and final params."""
+    """A Llama trained on a mixture of tokenized datasets; output: orbax checkpoints and final params.
+
+    The step's config is the engine's `TrainLmConfig` (its other fields as keywords), with the
+    datasets named by asset; `version` is a label of your own that enters the step's version.
+    """
     if not datasets:
         raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_asset: weight}}")
-    bad = {step_for(a).name: w for a, w in datasets.items() if not w > 0}
-    if bad:
-        raise ValueError(f"train_lm({name!r}): datasets weights must be positive, got {bad}")
     tokenizer_step = _tokenizer_step(name, datasets)
     with defining("train_lm", name):
-        cfg = TrainLmStepConfig(
-            version=version, model=model, optimizer=optimizer or AdamConfig(),
-            weights={step_for(a).name: float(w) for a, w in datasets.items()},
+        cfg = TrainLmConfig(
+            model=model, optimizer=optimizer or AdamConfig(),
+            datasets={step_for(a).name: float(w) for a, w in datasets.items()},
             batch_size=batch_size, num_train_steps=num_train_steps, seq_len=seq_len, **config,
         )
     upstream = {step_for(a).name: a for a in datasets}
     upstream["tokenizer"] = tokenizer_step.asset
     return versioned_asset(
-        name=name, kind="train_lm", config=cfg, run=_run_train, upstream=upstream,
+        name=name, kind="train_lm", config=cfg, run=_run_train, upstream=upstream, label=version,
         description=(f"Llama ({model.num_layers} layers, hidden {model.hidden_dim}) trained "
                      f"{num_train_steps} steps, batch {batch_size}, on "
-                     + ", ".join(f"{n} x{w:g}" for n, w in cfg.weights.items())
+                     + ", ".join(f"{n} x{w:g}" for n, w in cfg.datasets.items())
                      + ". Orbax checkpoints with resume; final params as npz."),
         resources=resources,
         required_resources=("levanter",),
@@ -163,7 +131,7 @@ def _run_evaluate(config: EvaluateStepConfig, inputs: Mapping[str, str], output_
     datasets = {name: path for name, path in inputs.items() if name != "checkpoint"}
     results = evaluate_checkpoint(inputs["checkpoint"], datasets, split=config.split,
                                   batch_size=config.batch_size, max_batches=config.max_batches,
-                                  compute_dtype=step.resources.levanter.precision)
+                                  compute_dtype=step.resources.levanter.compute_dtype)
     as_dict = evaluate_to_dict(results)
     fs.write_json(fs.join(output_path, "eval.json"), as_dict)
     meta: dict[str, Any] = {"results": dg.MetadataValue.json(as_dict)}

@@ -136,15 +136,15 @@ def main() -> None:
     stage("150m", lambda: bench(
         "llama_nano" if tiny else "llama_150m", vocab=512 if tiny else 32000, batch=4 if tiny else 64,
         seq=64 if tiny else 1024, dtype="bfloat16", steps=20 if tiny else 60, rounds=2, remat="dots",
-        alt_remat=("none", "block"), checkpoint_every=10))
+        alt_remat=("none", "block"), checkpoint_every_steps=10))
     stage("1.2b", lambda: bench(
         "llama_nano" if tiny else "llama_1_2b", vocab=512 if tiny else 32000, batch=2 if tiny else 16,
         seq=128 if tiny else 2048, dtype="bfloat16", steps=20, rounds=1, remat="dots",
-        alt_remat=("none", "block"), checkpoint_every=None))
+        alt_remat=("none", "block"), checkpoint_every_steps=None))
     stage("vocab128k", lambda: bench(
         "llama_nano" if tiny else "llama_150m", vocab=128256, batch=2 if tiny else 32,
         seq=64 if tiny else 1024, dtype="bfloat16", steps=20, rounds=1, remat="dots",
-        checkpoint_every=None))
+        checkpoint_every_steps=None))
     say(f"all stages done; figures in {path}")
 
 

@@ -4,7 +4,7 @@ Same model code, batch, sequence length and optimizer, measured in the same run
 (alternating rounds, best of each, since the machine may be shared). Prints:
   - step time and tokens/s of both, and the ratio engine/baseline (target <= 1.10x on the
     CPU, <= 1.05x on a GPU);
-  - the engine with a checkpoint every `--checkpoint-every` steps against the engine
+  - the engine with a checkpoint every `--checkpoint-every-steps` steps against the engine
     with none until the end (async orbax saves should not stall the loop);
   - the hand loop under other `--alt-remat` settings (what each costs in time and saves
     in memory), and the compiled step's memory;
@@ -143,7 +143,7 @@ def peak_device_gib() -> float | None:
 
 def run_benchmark(model_name: str, *, vocab: int, batch: int, seq: int, dtype: str, steps: int,
                   rounds: int = 2, remat: str = TrainerSettings().remat, alt_remat: tuple[str, ...] = (),
-                  checkpoint_every: int | None = 10, engine: bool = True,
+                  checkpoint_every_steps: int | None = 10, engine: bool = True,
                   log: Any = print) -> dict[str, Any]:
     """Time the hand loop (under `remat` and each of `alt_remat`), the engine and the engine with
     checkpoints; return step times (best of `rounds`), ratios, MFU and memory."""
@@ -172,10 +172,10 @@ def run_benchmark(model_name: str, *, vocab: int, batch: int, seq: int, dtype: s
                                                                 seq, dtype, alt)) for alt in alt_remat]
             if engine:
                 runs.append(("engine", lambda r=r: engine_step_time(
-                    TrainLmConfig(**base, checkpoint_every=10**9), os.path.join(tmp, f"e{r}"), settings)))
-                if checkpoint_every:
+                    TrainLmConfig(**base, checkpoint_every_steps=10**9), os.path.join(tmp, f"e{r}"), settings)))
+                if checkpoint_every_steps:
                     runs.append(("engine+ckpt", lambda r=r: engine_step_time(
-                        TrainLmConfig(**base, checkpoint_every=checkpoint_every), os.path.join(tmp, f"c{r}"),
+                        TrainLmConfig(**base, checkpoint_every_steps=checkpoint_every_steps), os.path.join(tmp, f"c{r}"),
                         settings)))
             for name, fn in runs:
                 times.setdefault(name, []).append(fn())
@@ -232,7 +232,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--remat", default=TrainerSettings().remat, choices=REMAT_POLICIES)
     p.add_argument("--alt-remat", nargs="*", default=[], choices=REMAT_POLICIES)
-    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--checkpoint-every-steps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
@@ -240,7 +240,7 @@ def main() -> None:
 
     result = run_benchmark(args.model, vocab=args.vocab, batch=args.batch_size, seq=args.seq_len,
                            dtype=args.dtype, steps=args.steps, rounds=args.rounds, remat=args.remat,
-                           alt_remat=tuple(args.alt_remat), checkpoint_every=args.checkpoint_every)
+                           alt_remat=tuple(args.alt_remat), checkpoint_every_steps=args.checkpoint_every_steps)
     report(result)
     print(f"MFU formula: {MFU_FORMULA}")
     print(f"  flops/token {result['flops_per_token']:.3e}, peak {result['peak_flops']:.3e} FLOP/s "

@@ -228,16 +228,19 @@ def versioned_asset(
     resources: str | ResourceConfig = "cpu",
     required_resources: Sequence[str] = (),
     kinds: Sequence[str] = (),
+    label: str | None = None,
 ) -> dg.AssetsDefinition:
     """A Dagster asset for a versioned step writing `{prefix}/{name}-{version}`.
 
     `resources` ("cpu", "gpu:h100x8", "tpu:v5e-8", ...) is what the step needs; it is
     not part of the version and lands in the asset's op tags for the Iris executor.
+    `label` (e.g. train_lm's `version="v1"`) is a user's own tag that enters the version.
     """
     step_config = config
     key = asset_key(name)
     upstream_steps = {role: step_for(asset) for role, asset in (upstream or {}).items()}
-    version = compute_version(kind, config, {role: s.version for role, s in upstream_steps.items()})
+    version = compute_version(kind, config, {role: s.version for role, s in upstream_steps.items()},
+                              label=label)
 
     def compute(context: dg.AssetExecutionContext, config: StepRunConfig) -> dg.MaterializeResult:
         storage = context.resources.storage

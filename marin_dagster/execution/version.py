@@ -35,6 +35,10 @@ def unversioned(default: Any = pydantic_core.PydanticUndefined, **kwargs: Any) -
     return pydantic.Field(default, json_schema_extra={_UNVERSIONED: True}, **kwargs)
 
 
+# The same declaration for a dataclass field: `field(default=None, metadata=UNVERSIONED)`.
+UNVERSIONED: Mapping[str, bool] = {_UNVERSIONED: True}
+
+
 def _is_unversioned_pydantic(field: pydantic.fields.FieldInfo) -> bool:
     extra = field.json_schema_extra
     return isinstance(extra, dict) and bool(extra.get(_UNVERSIONED))
@@ -89,11 +93,15 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def compute_version(kind: str, config: Any, upstream_versions: Mapping[str, str] | None = None) -> str:
-    """sha256 of the step kind, its versioned config fields and its inputs' versions; 8 hex."""
-    payload = {
+def compute_version(kind: str, config: Any, upstream_versions: Mapping[str, str] | None = None,
+                    label: str | None = None) -> str:
+    """sha256 of the step kind, its versioned config fields, its inputs' versions and the
+    user's label if any; 8 hex."""
+    payload: dict[str, Any] = {
         "kind": kind,
         "config": versioned_fields(config),
         "upstream": dict(sorted((upstream_versions or {}).items())),
     }
+    if label is not None:  # absent, not null, so steps without a label keep their versions
+        payload["label"] = label
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:VERSION_LENGTH]

@@ -8,23 +8,18 @@ No Dagster here: this runs inside Iris jobs and subprocesses. The public API:
 from marin_dagster.levanter.config import (
     NAMED_CONFIGS,
     LlamaConfig,
+    TrainerSettings,
+    TrainLmConfig,
     llama_150m,
     llama_nano,
     llama_small_shakespeare,
 )
 from marin_dagster.levanter.data import MixtureDataset, TrainInputError
-from marin_dagster.levanter.evaluate import evaluate, load_model
+from marin_dagster.levanter.evaluate import EvalResult, evaluate, load_model
 from marin_dagster.levanter.metrics import MFU_FORMULA, training_flops_per_token
 from marin_dagster.levanter.optim import AdamConfig
 from marin_dagster.levanter.sample import generate
-from marin_dagster.levanter.trainer import (
-    EvalResult,
-    TrainerSettings,
-    TrainingDivergedError,
-    TrainLmConfig,
-    TrainResult,
-    train,
-)
+from marin_dagster.levanter.trainer import TrainingDivergedError, TrainResult, train
 
 __all__ = [
     "MFU_FORMULA",

@@ -1,37 +1,44 @@
-"""Orbax checkpoints of the train state: asynchronous saves, resume from the latest.
+"""Saving and loading parameters: orbax checkpoints of the train state, and the final
+parameters as one `.npz`.
 
 A checkpoint is `{output}/checkpoints/{step}/` with the state (params, optimizer
 state, step) and a small JSON of metadata. Orbax writes each step to a temporary
 directory and renames it when complete, so a killed save leaves no step that
 looks finished; `cleanup_tmp_directories` clears such leftovers on the next open.
+`params.npz` holds the final parameters by path ("layers/q_proj", ...), float32.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from marin_dagster import fs
+from marin_dagster.levanter.model import Params
 
 logger = logging.getLogger(__name__)
 
 
 class Checkpointer:
-    def __init__(self, directory: str, *, keep: int | None, every_steps: int | None,
-                 every_minutes: float | None) -> None:
+    def __init__(self, directory: str, *, keep: int | None, checkpoint_every_steps: int | None,
+                 checkpoint_every_minutes: float | None) -> None:
         if not fs.is_local(directory) and "://" not in directory:
             raise ValueError(f"checkpoint directory must be absolute or a URL, got {directory!r}")
         self.directory = fs.normalize(directory)
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1 (or None for all), got {keep}")
-        if every_steps is not None and every_steps < 1:
-            raise ValueError(f"checkpoint_every must be a positive step count, got {every_steps}")
-        self.every_steps = every_steps
-        self.every_seconds = None if every_minutes is None else every_minutes * 60.0
+        if checkpoint_every_steps is not None and checkpoint_every_steps < 1:
+            raise ValueError(f"checkpoint_every_steps must be positive, got {checkpoint_every_steps}")
+        self.every_steps = checkpoint_every_steps
+        self.every_seconds = None if checkpoint_every_minutes is None else checkpoint_every_minutes * 60.0
         self._last_save_time = time.monotonic()
         self.manager = ocp.CheckpointManager(
             self.directory,
@@ -79,3 +86,32 @@ class Checkpointer:
 
     def step_path(self, step: int) -> str:
         return fs.join(self.directory, str(step))
+
+
+def flatten_params(params: Params) -> dict[str, np.ndarray]:
+    flat = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        flat["/".join(str(getattr(k, "key", k)) for k in path)] = np.asarray(jax.device_get(leaf))
+    return flat
+
+
+def unflatten_params(flat: Mapping[str, np.ndarray]) -> Params:
+    params: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = params
+        parts = key.split("/")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = jnp.asarray(value)
+    return params
+
+
+def save_params(path: str, params: Params) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **flatten_params(params))
+    fs.write_bytes(path, buf.getvalue())
+
+
+def load_params(path: str) -> Params:
+    with np.load(io.BytesIO(fs.read_bytes(path))) as z:
+        return unflatten_params({k: z[k] for k in z.files})

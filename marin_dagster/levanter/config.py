@@ -1,4 +1,5 @@
-"""Configs with Levanter's field names: the model (`LlamaConfig`) and its named sizes.
+"""Configs with Levanter's field names: the model (`LlamaConfig`) and its named sizes, what
+is trained (`TrainLmConfig`) and how the training runs (`TrainerSettings`).
 
 `vocab_size` is left unset in the named configs: it comes from the tokenizer
 (`config.with_vocab(n)`), as Levanter takes the vocabulary from the tokenizer.
@@ -7,8 +8,30 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from marin_dagster.execution.version import UNVERSIONED, versioned_fields
+from marin_dagster.levanter.data import TrainInputError
+from marin_dagster.levanter.mesh import PARALLELISMS, Parallelism
+from marin_dagster.levanter.optim import AdamConfig
+from marin_dagster.settings import setting
+
+ComputeDtype = Literal["float32", "bfloat16"]
+COMPUTE_DTYPES = get_args(ComputeDtype)
+
+# Activation memory (`TrainerSettings.remat`): what the backward pass keeps of each decoder block.
+#   none   keep every intermediate (most memory)
+#   block  keep only each block's input; recompute the block in the backward pass (least memory)
+#   dots   keep the projections' matmul outputs; recompute norms, RoPE, SiLU and attention.
+#          The trainer's default: the fastest measured on an H200 and on the CPU, since writing
+#          and rereading the elementwise intermediates costs more than recomputing them
+#          (docs/benchmarks.md).
+Remat = Literal["none", "block", "dots"]
+REMAT_POLICIES = get_args(Remat)
+
 
 
 @dataclass(frozen=True)
@@ -95,3 +118,110 @@ NAMED_CONFIGS: dict[str, LlamaConfig] = {
     "llama_150m": llama_150m,
     "llama_small_shakespeare": llama_small_shakespeare,
 }
+
+
+@dataclass(frozen=True)
+class TrainLmConfig:
+    """What is trained: a `train_lm` step's config. Every field changes the result, and so the
+    step's version, except the two that say how often the run is saved (`checkpoint_every_steps`,
+    `keep`)."""
+
+    model: LlamaConfig
+    # Mixture weight per dataset: token cache paths to `train`; in an experiment, the tokenized
+    # assets' names, which the step replaces by their paths when it runs (as Marin replaces
+    # `output_path_of` references).
+    datasets: Mapping[str, float]
+    optimizer: AdamConfig = field(default_factory=AdamConfig)
+    batch_size: int = 8
+    seq_len: int | None = None  # default: model.seq_len
+    num_train_steps: int = 100
+    seed: int = 0
+    # Validation sets {name: cache path}, read from `validation_split`. None: the
+    # validation split of every training dataset that has one.
+    validation: Mapping[str, str] | None = None
+    validation_split: str = "validation"
+    train_split: str = "train"
+    steps_per_eval: int | None = None  # None: only at the end
+    max_eval_batches: int | None = 16
+    # The tokenizer's vocabulary size; sets model.vocab_size when that is unset.
+    tokenizer_vocab_size: int | None = None
+    data_block_size: int = 2048
+    # None: TrainerSettings' (a run's resource); set here for one step.
+    checkpoint_every_steps: int | None = field(default=None, metadata=UNVERSIONED)
+    keep: int | None = field(default=None, metadata=UNVERSIONED)
+
+    def __post_init__(self) -> None:
+        if not self.datasets:
+            raise TrainInputError("datasets is empty; give {dataset: weight}")
+        for name, weight in self.datasets.items():
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
+                raise TrainInputError(f"datasets[{name!r}]: mixture weight must be a positive number, "
+                                      f"got {weight!r}; drop the dataset instead of giving it weight 0")
+        if self.seq_len is not None and self.seq_len < 2:
+            raise TrainInputError(f"seq_len must be at least 2 (a token and its target), got {self.seq_len}")
+        if self.train_seq_len > self.model.seq_len:
+            raise TrainInputError(f"seq_len={self.train_seq_len} is above the model's maximum "
+                             f"(model.seq_len={self.model.seq_len}); lower seq_len or use a model "
+                             "config with a longer seq_len")
+        for name in ("batch_size", "num_train_steps", "data_block_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise TrainInputError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("steps_per_eval", "max_eval_batches", "checkpoint_every_steps", "keep"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise TrainInputError(f"{name} must be positive or None, got {value}")
+
+    @property
+    def train_seq_len(self) -> int:
+        return self.seq_len if self.seq_len is not None else self.model.seq_len
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["datasets"] = dict(self.datasets)
+        d["validation"] = None if self.validation is None else dict(self.validation)
+        return d
+
+    def result_fields(self) -> dict[str, Any]:
+        """The fields that decide the result (all but the checkpoint policy), comparable as JSON."""
+        return versioned_fields(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainLmConfig:
+        d = dict(d)
+        d["model"] = LlamaConfig.from_dict(d["model"])
+        d["optimizer"] = AdamConfig.from_dict(d["optimizer"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    """How a training runs, not what it computes: `LevanterResource` is derived from these."""
+
+    compute_dtype: ComputeDtype = setting("float32", "dtype of matmuls: float32 or bfloat16; parameters stay float32")
+    num_devices: int | None = setting(None, "devices in the mesh; None: all local devices")
+    parallelism: Parallelism = setting(
+        "data_parallel", "data_parallel (replicated parameters) or fsdp (parameters sharded over devices)")
+    remat: Remat = setting("dots", "activation memory: none, block or dots (recompute all but the matmuls; "
+                                 "the fastest measured, docs/benchmarks.md)")
+    checkpoint_every_steps: int | None = setting(
+        None, "save every N steps; None: every tenth of the run, so a killed run loses at most a tenth")
+    checkpoint_every_minutes: float | None = setting(10.0, "save every N minutes as well")
+    keep: int | None = setting(2, "checkpoints kept (None: all)")
+    log_every: int = setting(10, "log loss, learning rate, grad norm, tokens/s and MFU every N steps")
+    peak_flops_per_device: float | None = setting(
+        None, "peak FLOP/s per device for MFU; None: known accelerators, or a CPU estimate")
+    sample_tokens: int = setting(64, "tokens generated for the sample after training")
+    sample_temperature: float = setting(0.8, "0 for greedy sampling")
+
+    def __post_init__(self) -> None:
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}")
+        if self.parallelism not in PARALLELISMS:
+            raise ValueError(f"parallelism must be one of {PARALLELISMS}, got {self.parallelism!r}")
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
+        if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
+            raise ValueError(f"checkpoint_every_steps must be positive or None, got {self.checkpoint_every_steps}")
+        if self.log_every < 1:
+            raise ValueError(f"log_every must be >= 1, got {self.log_every}")

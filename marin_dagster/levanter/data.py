@@ -32,6 +32,15 @@ class TrainInputError(ValueError):
     """Training input that cannot be used (dataset, mixture weight, seq_len, vocab, ...); the message names the field."""
 
 
+def check_token_ids(batch: np.ndarray, vocab_size: int, where: str) -> None:
+    """Every id below the model's vocabulary size, else a TrainInputError naming the data."""
+    top = int(batch.max())
+    if top >= vocab_size:
+        raise TrainInputError(
+            f"{where}: token id {top} is outside the model's vocabulary (model.vocab_size={vocab_size}); "
+            "the cache was built with a different tokenizer than the model's vocab_size says")
+
+
 def _sub_seed(seed: int, path: str) -> int:
     """A dataset's own seed. It keys on the cache's folder name ({name}-{version}), not the
     whole path, so the same run under another prefix (./data, gs://...) reads the same batches."""

@@ -1,4 +1,5 @@
-"""`evaluate(checkpoint_path, datasets)`: loss, perplexity and bits per byte of any trained model.
+"""Evaluation: loss, perplexity and bits per byte, during training (`run_eval`) and of any
+trained model afterwards (`evaluate(checkpoint_path, datasets)`).
 
 `checkpoint_path` is a train output (its exported params.npz and
 model_config.json), or one orbax step directory `{output}/checkpoints/{step}`
@@ -7,19 +8,64 @@ model_config.json), or one orbax step directory `{output}/checkpoints/{step}`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from marin_dagster import fs
+from marin_dagster.levanter.checkpoint import load_params
 from marin_dagster.levanter.config import LlamaConfig
-from marin_dagster.levanter.data import TrainInputError, open_eval_sets
+from marin_dagster.levanter.data import (
+    EvalSet,
+    TrainInputError,
+    check_token_ids,
+    eval_batches,
+    open_eval_sets,
+)
 from marin_dagster.levanter.mesh import batch_sharding, make_mesh, replicated
 from marin_dagster.levanter.model import Params, token_losses
-from marin_dagster.levanter.trainer import EvalResult, load_params, run_eval
+
+
+@dataclass
+class EvalResult:
+    name: str
+    loss: float
+    perplexity: float
+    bits_per_byte: float | None
+    num_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def run_eval(eval_step: Callable, params: Params, eval_sets: list[EvalSet], seq_len: int,
+             batch_size: int, max_batches: int | None, tokens_sharding: Any,
+             vocab_size: int) -> dict[str, EvalResult]:
+    """Each eval set's mean token loss under `eval_step(params, tokens, row_mask)`."""
+    results = {}
+    for es in eval_sets:
+        total, count = 0.0, 0.0
+        for tokens, mask in eval_batches(es, seq_len, batch_size, max_batches):
+            check_token_ids(tokens, vocab_size, f"validation[{es.name!r}]")
+            s, c = eval_step(params, jax.device_put(tokens, tokens_sharding), jnp.asarray(mask))
+            total += float(s)
+            count += float(c)
+        loss = total / count
+        bpb = None if es.bytes_per_token is None else loss / math.log(2) / es.bytes_per_token
+        results[es.name] = EvalResult(es.name, loss, math.exp(min(loss, 700.0)), bpb, int(count))
+    return results
+
+
+def mean_eval_loss(results: Mapping[str, EvalResult]) -> float | None:
+    """The token-weighted mean loss over the eval sets (None without any)."""
+    n = sum(r.num_tokens for r in results.values())
+    return None if not n else sum(r.loss * r.num_tokens for r in results.values()) / n
 
 
 def load_model(checkpoint_path: str) -> tuple[LlamaConfig, Params]:

@@ -16,19 +16,11 @@ import jax
 import jax.numpy as jnp
 
 from marin_dagster.levanter.attention import causal_attention
-from marin_dagster.levanter.config import LlamaConfig
+from marin_dagster.levanter.config import REMAT_POLICIES, LlamaConfig
 from marin_dagster.levanter.loss import cross_entropy_sum, token_cross_entropy
 
 Params = dict
 
-# Activation memory (`TrainerSettings.remat`): what the backward pass keeps of each decoder block.
-#   none   keep every intermediate (most memory)
-#   block  keep only each block's input; recompute the block in the backward pass (least memory)
-#   dots   keep the projections' matmul outputs; recompute norms, RoPE, SiLU and attention.
-#          The trainer's default: the fastest measured on an H200 and on the CPU, since writing
-#          and rereading the elementwise intermediates costs more than recomputing them
-#          (docs/benchmarks.md).
-REMAT_POLICIES = ("none", "block", "dots")
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -23,7 +23,7 @@ def _train(dataset, **config):
 
 @pytest.mark.parametrize("field, value", [
     ("seq_len", 0), ("seq_len", -3), ("seq_len", 1), ("steps_per_eval", 0),
-    ("checkpoint_every", -1), ("checkpoint_every", 0), ("keep", 0), ("max_eval_batches", 0),
+    ("checkpoint_every_steps", -1), ("checkpoint_every_steps", 0), ("keep", 0), ("max_eval_batches", 0),
     ("batch_size", 0), ("num_train_steps", 0),
 ])
 def test_train_lm_refuses_values_that_cannot_run(dataset, field, value):
@@ -39,7 +39,7 @@ def test_train_lm_refuses_a_sequence_longer_than_the_model(dataset):
 
 
 def test_train_lm_accepts_sane_values(dataset):
-    asset = _train(dataset, seq_len=64, steps_per_eval=5, checkpoint_every=5, keep=1)
+    asset = _train(dataset, seq_len=64, steps_per_eval=5, checkpoint_every_steps=5, keep=1)
     assert asset.key.path == ["checkpoints", "cfg"]
 
 

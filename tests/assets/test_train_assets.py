@@ -16,13 +16,13 @@ import pytest
 
 from marin_dagster import fs
 from marin_dagster.levanter import AdamConfig, llama_nano
-from marin_dagster.levanter.trainer import load_params
+from marin_dagster.levanter.checkpoint import load_params
 from tests.conftest import REPO, subprocess_env
 
 TINY = dataclasses.replace(llama_nano, seq_len=128, hidden_dim=32, intermediate_dim=64, num_layers=1)
 
 
-def build(vocab_size: int = 512, steps: int = 12, checkpoint_every: int | None = None):
+def build(vocab_size: int = 512, steps: int = 12, checkpoint_every_steps: int | None = None):
     from assets import sample_corpus, tokenized, tokenizer
     from assets.train import evaluate, train_lm
 
@@ -32,7 +32,7 @@ def build(vocab_size: int = 512, steps: int = 12, checkpoint_every: int | None =
     model = train_lm("checkpoints/tiny-shakespeare", model=TINY,
                      optimizer=AdamConfig(learning_rate=3e-3, warmup=2),
                      datasets={ds: 1.0}, batch_size=4, seq_len=128, num_train_steps=steps,
-                     checkpoint_every=checkpoint_every)
+                     checkpoint_every_steps=checkpoint_every_steps)
     ev = evaluate("eval/tiny-shakespeare", checkpoint=model, datasets=[ds], max_batches=2)
     return [corpus, tok, ds, model, ev]
 
@@ -79,7 +79,7 @@ def test_train_lm_rejects_bad_mixtures(tmp_path):
     from assets.train import train_lm
 
     corpus, tok, ds, *_ = build()
-    with pytest.raises(ValueError, match="weights must be positive"):
+    with pytest.raises(ValueError, match="mixture weight must be a positive number"):
         train_lm("checkpoints/x", model=TINY, datasets={ds: 0.0}, batch_size=4, num_train_steps=1)
     with pytest.raises(ValueError, match="must be tokenized"):
         train_lm("checkpoints/x", model=TINY, datasets={sample_corpus("raw/shakespeare"): 1.0},
@@ -90,7 +90,7 @@ def test_train_lm_rejects_bad_mixtures(tmp_path):
 
 def _materialize_main() -> None:
     """Subprocess entry: materialize the tiny experiment against DAGSTER_HOME, with the
-    checkpoint policy as shipped (no checkpoint_every on the step, the resource's defaults)."""
+    checkpoint policy as shipped (no checkpoint_every_steps on the step, the resource's defaults)."""
     from resources.levanter import LevanterResource
 
     prefix, downloads = sys.argv[1], sys.argv[2]
@@ -153,6 +153,6 @@ def _checkpoint_steps(output: str) -> list[str]:
 
 
 def _flatten(params) -> dict:
-    from marin_dagster.levanter.trainer import flatten_params
+    from marin_dagster.levanter.checkpoint import flatten_params
 
     return flatten_params(params)

@@ -19,7 +19,7 @@ CHECKPOINT_EVERY = 5
 def assets() -> list[dg.AssetsDefinition]:
     from tests.assets.test_train_assets import build
 
-    return build(steps=TRAIN_STEPS, checkpoint_every=CHECKPOINT_EVERY)[:4]
+    return build(steps=TRAIN_STEPS, checkpoint_every_steps=CHECKPOINT_EVERY)[:4]
 
 
 def train_job() -> dg.JobDefinition:

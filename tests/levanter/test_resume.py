@@ -41,7 +41,7 @@ def _finished_steps(out: str) -> list[int]:
 def test_sigkill_then_rerun_matches_an_uninterrupted_run(tmp_path) -> None:
     data = write_cache(str(tmp_path / "cache"), VOCAB, 8000, period=5)
     other = write_cache(str(tmp_path / "noise"), VOCAB, 4000, seed=3)
-    base = {"datasets": {data: 1.0, other: 0.5}, "steps": STEPS, "vocab": VOCAB, "checkpoint_every": 4}
+    base = {"datasets": {data: 1.0, other: 0.5}, "steps": STEPS, "vocab": VOCAB, "checkpoint_every_steps": 4}
     # Three processes compile the same step function: share XLA's compilation cache.
     env = subprocess_env(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax-cache"),
                          JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",

@@ -18,7 +18,7 @@ VOCAB = 50
 @pytest.mark.slow
 def test_four_devices_match_one(tmp_path) -> None:
     data = write_cache(str(tmp_path / "cache"), VOCAB, 6000, period=5)
-    spec = {"datasets": {data: 1.0}, "steps": 8, "vocab": VOCAB, "checkpoint_every": 8, "log_every": 8,
+    spec = {"datasets": {data: 1.0}, "steps": 8, "vocab": VOCAB, "checkpoint_every_steps": 8, "log_every": 8,
             "runs": [{"output": str(tmp_path / "one"), "num_devices": 1},
                      {"output": str(tmp_path / "dp"), "parallelism": "data_parallel"},
                      {"output": str(tmp_path / "fsdp"), "parallelism": "fsdp"}]}

@@ -27,7 +27,7 @@ from marin_dagster.levanter import (
     evaluate,
 )
 from marin_dagster.levanter import train as train_fn
-from marin_dagster.levanter.trainer import load_params
+from marin_dagster.levanter.checkpoint import load_params
 from resources.levanter import LevanterResource
 from tests.levanter.caches import write_cache
 
@@ -59,7 +59,7 @@ def caches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def _config(caches: dict[str, str], **kw) -> TrainLmConfig:
     base = dict(model=MODEL, optimizer=OPT, datasets={caches["pattern"]: 1.0, caches["noise"]: 0.25},
                 batch_size=4, seq_len=16, num_train_steps=STEPS, tokenizer_vocab_size=VOCAB,
-                steps_per_eval=20, max_eval_batches=4, checkpoint_every=8, keep=2)
+                steps_per_eval=20, max_eval_batches=4, checkpoint_every_steps=8, keep=2)
     base.update(kw)
     return TrainLmConfig(**base)
 
@@ -183,7 +183,7 @@ def test_bad_mixture_weight_is_named(caches: dict[str, str], tmp_path) -> None:
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(caches: dict[str, str], tmp_path) -> None:
     out = str(tmp_path / "out")
     config = _config(caches, optimizer=dataclasses.replace(OPT, learning_rate=1e30, max_grad_norm=None),
-                     checkpoint_every=1, steps_per_eval=None)
+                     checkpoint_every_steps=1, steps_per_eval=None)
     with pytest.raises(TrainingDivergedError, match=r"training diverged at step (\d+).*last good checkpoint") as e:
         train_fn(config, out, settings=TrainerSettings(log_every=1, checkpoint_every_minutes=None))
     bad_step = int(e.value.args[0].split("step ")[1].split(":")[0])

@@ -24,7 +24,7 @@ def main(spec: dict) -> None:
         config = TrainLmConfig(
             model=MODEL, optimizer=AdamConfig(learning_rate=3e-3, warmup=2), datasets=spec["datasets"],
             batch_size=8, seq_len=16, num_train_steps=spec["steps"], tokenizer_vocab_size=spec["vocab"],
-            steps_per_eval=None, max_eval_batches=2, checkpoint_every=spec.get("checkpoint_every", 4), keep=2)
+            steps_per_eval=None, max_eval_batches=2, checkpoint_every_steps=spec.get("checkpoint_every_steps", 4), keep=2)
         settings = TrainerSettings(num_devices=run.get("num_devices"), parallelism=run.get("parallelism", "data_parallel"),
                                    log_every=spec.get("log_every", 1), checkpoint_every_minutes=None,
                                    sample_tokens=spec.get("sample_tokens", 8))

@@ -1,7 +1,9 @@
-"""LevanterResource builds the engine's settings and formats metrics for a logger."""
+"""LevanterResource is derived from the engine's TrainerSettings: every setting, under the same
+name, reaches the settings it builds; it formats metrics for a logger."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import dagster as dg
@@ -12,14 +14,15 @@ from resources.levanter import LevanterResource, format_metrics
 
 
 def test_settings_come_from_the_resource_fields() -> None:
-    resource = LevanterResource(precision="bfloat16", mesh="fsdp", num_devices=2, checkpoint_every_steps=50,
-                                checkpoint_every_minutes=None, keep=3, log_every=5)
-    assert resource.settings() == TrainerSettings(
-        compute_dtype="bfloat16", parallelism="fsdp", num_devices=2, checkpoint_every_steps=50,
-        checkpoint_every_minutes=None, keep=3, log_every=5)
+    values = dict(compute_dtype="bfloat16", parallelism="fsdp", remat="block", num_devices=2,
+                  checkpoint_every_steps=50, checkpoint_every_minutes=None, keep=3, log_every=5,
+                  peak_flops_per_device=1e12, sample_tokens=3, sample_temperature=0.0)
+    assert set(values) == {f.name for f in dataclasses.fields(TrainerSettings)}, "a setting is untested"
+    assert LevanterResource(**values).settings() == TrainerSettings(**values)
+    assert LevanterResource().settings() == TrainerSettings()
 
 
-def test_bad_precision_is_refused_by_dagster_config() -> None:
+def test_bad_compute_dtype_is_refused_by_dagster_config() -> None:
     @dg.op
     def uses(levanter: LevanterResource) -> str:
         return levanter.settings().compute_dtype
@@ -28,10 +31,10 @@ def test_bad_precision_is_refused_by_dagster_config() -> None:
     def job() -> None:
         uses()
 
-    ok = job.execute_in_process(run_config={"resources": {"levanter": {"config": {"precision": "bfloat16"}}}})
+    ok = job.execute_in_process(run_config={"resources": {"levanter": {"config": {"compute_dtype": "bfloat16"}}}})
     assert ok.output_for_node("uses") == "bfloat16"
-    with pytest.raises(dg.DagsterInvalidConfigError, match="precision"):
-        job.execute_in_process(run_config={"resources": {"levanter": {"config": {"precision": "float8"}}}})
+    with pytest.raises(dg.DagsterInvalidConfigError, match="compute_dtype"):
+        job.execute_in_process(run_config={"resources": {"levanter": {"config": {"compute_dtype": "float8"}}}})
 
 
 def test_metrics_logger_writes_rows(caplog: pytest.LogCaptureFixture) -> None:
