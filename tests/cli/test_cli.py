@@ -7,9 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,10 +14,9 @@ import dagster as dg
 import pytest
 
 from marin_dagster.execution.instance import ensure_home
-from tests.conftest import free_port, subprocess_env
-from tests.ui.dagster_process import dagster_process, log_tail
+from tests.cli.sql_server import MARIN, post_sql, sql_server
+from tests.conftest import subprocess_env
 
-MARIN = os.path.join(os.path.dirname(sys.executable), "marin")
 CORPUS = "raw/shakespeare"
 
 
@@ -129,48 +125,28 @@ def test_sql_prints_a_table_of_the_asset_view(materialized, capsys, monkeypatch)
     assert not os.path.exists(os.path.join(materialized["cwd"], "out.csv"))
 
 
-def _post(url: str, sql: str) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"{url}/query", data=sql.encode(), headers={"Content-Type": "text/plain"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 @pytest.fixture
 def served(materialized, tmp_path) -> Iterator[str]:
-    port = free_port()
-    log = str(tmp_path / "serve.log")
-    args = [MARIN, "sql", "--serve", "--port", str(port), "--max-rows", "50"]
-    with dagster_process(args, log, cwd=materialized["cwd"], **_env(materialized)) as proc:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None and time.time() < deadline, log_tail(log)
-                time.sleep(0.3)
+    with sql_server(["--max-rows", "50"], str(tmp_path / "serve.log"), materialized["cwd"],
+                    **_env(materialized)) as url:
         yield url
 
 
 def test_sql_serve_answers_queries_and_refuses_writes(served, materialized):
-    code, body = _post(served, f'SELECT * FROM "{CORPUS}"')
+    code, body = post_sql(served, f'SELECT * FROM "{CORPUS}"')
     assert code == 413 and "more than 50 rows" in body["error"], body
-    code, body = _post(served, f'SELECT * FROM "{CORPUS}" LIMIT 50')
+    code, body = post_sql(served, f'SELECT * FROM "{CORPUS}" LIMIT 50')
     assert code == 200
     assert {"id", "text", "title"} <= set(body["columns"])
     assert body["row_count"] == 50 and not body["truncated"]
-    code, again = _post(served, f'SELECT * FROM "{CORPUS}" LIMIT 50')
+    code, again = post_sql(served, f'SELECT * FROM "{CORPUS}" LIMIT 50')
     assert again["cached"] is True and again["rows"] == body["rows"]
-    code, body = _post(served, f'SELECT count(*) FROM "{CORPUS}"')
+    code, body = post_sql(served, f'SELECT count(*) FROM "{CORPUS}"')
     assert body["rows"] == [[materialized["metadata"]["documents"]]]
     for sql in (f"COPY \"{CORPUS}\" TO '{materialized['MARIN_PREFIX']}/leak.csv'",
                 f"ATTACH '{materialized['MARIN_PREFIX']}/x.duckdb'",
                 "SELECT * FROM read_text('/etc/hostname')"):
-        code, body = _post(served, sql)
+        code, body = post_sql(served, sql)
         assert code == 403, (sql, body)
     assert not os.path.exists(os.path.join(materialized["MARIN_PREFIX"], "leak.csv"))
     assert not os.path.exists(os.path.join(materialized["MARIN_PREFIX"], "x.duckdb"))

@@ -8,8 +8,6 @@ import json
 import logging
 import os
 import random
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,11 +19,9 @@ from marin_dagster import fs
 from marin_dagster.dupekit import DedupConfig, deduplicate
 from marin_dagster.execution.step import execute_step
 from marin_dagster.tokenize import train_tokenizer
-from tests.conftest import free_port
+from tests.cli.sql_server import post_sql, sql_server
 from tests.ducky.conftest import jsonl_gz, write_output
-from tests.ui.dagster_process import dagster_process, log_tail
 
-MARIN = os.path.join(os.path.dirname(sys.executable), "marin")
 RAW, TOKENIZER, DEDUP = "raw/shakespeare", "tokenizers/shakespeare-bpe", "dedup/shakespeare"
 
 
@@ -156,32 +152,12 @@ def test_one_view_that_cannot_be_built_does_not_stop_the_others(broken_raw, caps
     assert f'unavailable (see the warnings above): "{RAW}"' in err
 
 
-def _post(url: str, sql: str) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"{url}/query", data=sql.encode(), headers={"Content-Type": "text/plain"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def test_sql_serve_starts_and_answers_with_one_broken_view(broken_raw, tmp_path):
-    port = free_port()
     log = str(tmp_path / "serve.log")
-    args = [MARIN, "sql", "--serve", "--port", str(port), "--prefix", broken_raw["prefix"]]
-    with dagster_process(args, log, cwd=broken_raw["cwd"]) as proc:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None and time.time() < deadline, log_tail(log)
-                time.sleep(0.3)
-        code, body = _post(url, f'SELECT count(*) FROM "{DEDUP}"')
+    with sql_server(["--prefix", broken_raw["prefix"]], log, broken_raw["cwd"]) as url:
+        code, body = post_sql(url, f'SELECT count(*) FROM "{DEDUP}"')
         assert code == 200 and body["rows"] == [[30]], body
-        code, body = _post(url, f'SELECT * FROM "{RAW}"')
+        code, body = post_sql(url, f'SELECT * FROM "{RAW}"')
         assert code == 400 and f'the view "{RAW}" is unavailable' in body["error"], body
         with urllib.request.urlopen(f"{url}/tables", timeout=10) as response:
             tables = json.loads(response.read())
