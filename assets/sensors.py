@@ -62,17 +62,25 @@ def _downstream_keys(steps: Sequence[Step], folder_key: dg.AssetKey) -> list[dg.
     def is_below(step: Step) -> bool:
         key = step.asset.key
         if key not in below:
-            below[key] = any(up.asset.key == folder_key or is_below(up) for up in step.upstream.values())
+            below[key] = any(
+                up.asset.key == folder_key or is_below(up) for up in step.upstream.values()
+            )
         return below[key]
 
     return [s.asset.key for s in steps if s.asset.key != folder_key and is_below(s)]
 
 
 def _active_runs(instance: dg.DagsterInstance, sensor_name: str) -> list[str]:
-    statuses = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
-                dg.DagsterRunStatus.CANCELING]
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={WATCH_TAG: sensor_name}, statuses=statuses))
+    statuses = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+        dg.DagsterRunStatus.CANCELING,
+    ]
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(tags={WATCH_TAG: sensor_name}, statuses=statuses)
+    )
     return [r.run_id for r in runs]
 
 
@@ -95,7 +103,9 @@ def watched_folder_sensor(
     steps = upstream_closure(experiment.leaves)
     targets = _downstream_keys(steps, folder.key)
     if not targets:
-        raise ValueError(f"experiment {experiment.name!r} has no asset downstream of {folder_step.name}")
+        raise ValueError(
+            f"experiment {experiment.name!r} has no asset downstream of {folder_step.name}"
+        )
     sensor_name = name or f"{experiment.name}__{folder_step.name.replace('/', '__')}_sensor"
 
     @dg.sensor(
@@ -104,7 +114,7 @@ def watched_folder_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description=f"Runs {experiment.name}'s assets below {folder_step.name} when files under "
-                    f"{path} are added, changed or deleted.",
+        f"{path} are added, changed or deleted.",
     )
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         cursor = WatchCursor.parse(context.cursor)
@@ -112,29 +122,44 @@ def watched_folder_sensor(
         now = time.time()
         events: list[Any] = []
         h = snap.content_hash
-        context.log.info(f"{path}: {snap.files} files, hash {h}, {snap.hashed} hashed, "
-                         f"{snap.statted} statted ({'full scan' if snap.full_scan else 'watchdog'})")
+        context.log.info(
+            f"{path}: {snap.files} files, hash {h}, {snap.hashed} hashed, "
+            f"{snap.statted} statted ({'full scan' if snap.full_scan else 'watchdog'})"
+        )
         if h == cursor.requested:
             cursor.pending = None
-            return dg.SensorResult(skip_reason=f"{path} unchanged since the last run request ({h})",
-                                   cursor=cursor.dump())
+            return dg.SensorResult(
+                skip_reason=f"{path} unchanged since the last run request ({h})",
+                cursor=cursor.dump(),
+            )
         if h != cursor.pending:
             cursor.pending, cursor.pending_since = h, now
-            events.append(dg.AssetObservation(
-                asset_key=folder.key, tags={_DATA_VERSION_TAG: h},
-                metadata={"files": snap.files, "bytes": snap.bytes, "path": dg.MetadataValue.path(path)},
-            ))
+            events.append(
+                dg.AssetObservation(
+                    asset_key=folder.key,
+                    tags={_DATA_VERSION_TAG: h},
+                    metadata={
+                        "files": snap.files,
+                        "bytes": snap.bytes,
+                        "path": dg.MetadataValue.path(path),
+                    },
+                )
+            )
         quiet_for = now - max(cursor.pending_since, min(snap.last_change, now))
         if quiet_for < settle_s:
             return dg.SensorResult(
                 skip_reason=f"{path} changed {quiet_for:.1f} s ago; waiting for {settle_s:g} s of quiet",
-                cursor=cursor.dump(), asset_events=events)
+                cursor=cursor.dump(),
+                asset_events=events,
+            )
         active = _active_runs(context.instance, sensor_name)
         if active:
             return dg.SensorResult(
                 skip_reason=f"run {active[0]} for an earlier change is not finished; "
-                            "this change is requested when it ends",
-                cursor=cursor.dump(), asset_events=events)
+                "this change is requested when it ends",
+                cursor=cursor.dump(),
+                asset_events=events,
+            )
         cursor.requests += 1
         cursor.requested, cursor.pending = h, None
         request = dg.RunRequest(

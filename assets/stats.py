@@ -60,8 +60,10 @@ def _store(step: StepContext, datasets: pa.Table, histogram: pa.Table) -> None:
         for sql in _CREATE.values():
             con.execute(sql)
         for table in _CREATE:
-            con.execute(f"DELETE FROM {table} WHERE (dataset, version) IN "
-                        "(SELECT dataset, version FROM new_datasets)")
+            con.execute(
+                f"DELETE FROM {table} WHERE (dataset, version) IN "
+                "(SELECT dataset, version FROM new_datasets)"
+            )
         con.execute("INSERT INTO datasets SELECT * FROM new_datasets")
         con.execute("INSERT INTO length_histogram SELECT * FROM new_histogram")
         con.execute("COMMIT")
@@ -71,23 +73,30 @@ def _markdown(datasets: pa.Table) -> str:
     rows = ["| dataset | documents | tokens | chars | median length |", "|---|---|---|---|---|"]
     for r in datasets.to_pylist():
         median = f"{r['length_p50']:,.0f} {r['length_unit']}" if r["length_p50"] is not None else ""
-        rows.append(f"| {r['dataset']} | {r['documents']:,} | {r['tokens'] or ''} | "
-                    f"{r['text_chars'] or ''} | {median} |")
+        rows.append(
+            f"| {r['dataset']} | {r['documents']:,} | {r['tokens'] or ''} | "
+            f"{r['text_chars'] or ''} | {median} |"
+        )
     return "\n".join(rows)
 
 
 def _make_run(roles: Mapping[str, Any]):
-    def run(config: DatasetStatsConfig, inputs: Mapping[str, str], output_path: str,
-            step: StepContext) -> dict[str, Any]:
+    def run(
+        config: DatasetStatsConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+    ) -> dict[str, Any]:
         found = []
         for role, path in inputs.items():
             record = read_status(path)
             if record is None or record.status != StepStatus.SUCCESS:
-                raise dg.Failure(f"dataset_stats: {role} at {path} is not SUCCESS; materialize it first")
+                raise dg.Failure(
+                    f"dataset_stats: {role} at {path} is not SUCCESS; materialize it first"
+                )
             dataset = catalog.load_output(roles[role], path, record, current=True)
             if dataset is None:
-                raise dg.Failure(f"dataset_stats: {role} at {path} holds no JSONL, Parquet, CSV or "
-                                 "token-cache files to measure")
+                raise dg.Failure(
+                    f"dataset_stats: {role} at {path} holds no JSONL, Parquet, CSV or "
+                    "token-cache files to measure"
+                )
             found.append(dataset)
         con = connect(found, step.resources.storage.root)
         try:
@@ -110,8 +119,9 @@ def _make_run(roles: Mapping[str, Any]):
     return run
 
 
-def dataset_stats(name: str, datasets: Sequence[dg.AssetsDefinition], *,
-                  resources: str | ResourceConfig = "cpu") -> dg.AssetsDefinition:
+def dataset_stats(
+    name: str, datasets: Sequence[dg.AssetsDefinition], *, resources: str | ResourceConfig = "cpu"
+) -> dg.AssetsDefinition:
     """Statistics of `datasets` (each a dataset asset from a marin factory)."""
     if not datasets:
         raise ValueError(f"dataset_stats({name!r}): give at least one dataset asset")
@@ -124,7 +134,7 @@ def dataset_stats(name: str, datasets: Sequence[dg.AssetsDefinition], *,
         run=_make_run(roles),
         upstream=upstream,
         description="Documents, tokens and length distribution per dataset "
-                    f"({', '.join(upstream)}), in DuckDB.",
+        f"({', '.join(upstream)}), in DuckDB.",
         resources=resources,
         required_resources=("duckdb",),
         kinds=("duckdb",),

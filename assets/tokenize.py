@@ -58,8 +58,9 @@ def _texts(files: list[str], text_key: str, held: list[str]) -> Iterator[str]:
                 yield doc.text
 
 
-def _run_tokenizer(config: TokenizerConfig, inputs: Mapping[str, str], output_path: str,
-                   step: StepContext) -> dict[str, Any]:
+def _run_tokenizer(
+    config: TokenizerConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     held: list[str] = []
     if config.pretrained:
         tok = load_tokenizer(config.pretrained)
@@ -69,13 +70,18 @@ def _run_tokenizer(config: TokenizerConfig, inputs: Mapping[str, str], output_pa
                 pass
     else:
         trained = train_tokenizer(
-            _texts(dataset_files(inputs["source"]), config.text_key, held), output_path,
-            vocab_size=config.vocab_size, special_tokens=config.special_tokens,
-            min_frequency=config.min_frequency, max_documents=config.max_documents,
+            _texts(dataset_files(inputs["source"]), config.text_key, held),
+            output_path,
+            vocab_size=config.vocab_size,
+            special_tokens=config.special_tokens,
+            min_frequency=config.min_frequency,
+            max_documents=config.max_documents,
         )
         tok = trained.tokenizer
     info = describe_tokenizer(tok, held[:16] or ["To be, or not to be, that is the question."])
-    step.log.info(f"tokenizer: vocab {info['vocab_size']}, {info['bytes_per_token']:.2f} bytes/token")
+    step.log.info(
+        f"tokenizer: vocab {info['vocab_size']}, {info['bytes_per_token']:.2f} bytes/token"
+    )
     return {
         "vocab_size": info["vocab_size"],
         "eos_id": info["eos_id"],
@@ -106,7 +112,9 @@ def tokenizer(
 ) -> dg.AssetsDefinition:
     """A byte-level BPE trained on `source`'s text, or an existing tokenizer (`pretrained`)."""
     if source is None and pretrained is None:
-        raise ValueError(f"tokenizer {name!r}: give a source dataset to train on, or pretrained=...")
+        raise ValueError(
+            f"tokenizer {name!r}: give a source dataset to train on, or pretrained=..."
+        )
     cfg = TokenizerConfig(
         pretrained=pretrained,
         # a local tokenizer.json is versioned by its bytes, not only by its path
@@ -114,10 +122,16 @@ def tokenizer(
         **config,
     )
     return versioned_asset(
-        name=name, kind="tokenizer", config=cfg, run=_run_tokenizer,
+        name=name,
+        kind="tokenizer",
+        config=cfg,
+        run=_run_tokenizer,
         upstream={"source": source} if source is not None else None,
-        description=(f"Tokenizer loaded from {pretrained}." if pretrained else
-                     f"Byte-level BPE, vocabulary {cfg.vocab_size}, trained on the source's text."),
+        description=(
+            f"Tokenizer loaded from {pretrained}."
+            if pretrained
+            else f"Byte-level BPE, vocabulary {cfg.vocab_size}, trained on the source's text."
+        ),
         resources=resources,
         kinds=("tokenizers",),
     )
@@ -142,8 +156,9 @@ def _samples_markdown(cache_path: str, tokenizer_dir: str, n: int = 3, chars: in
     return "\n".join(lines)
 
 
-def _run_tokenized(config: TokenizedConfig, inputs: Mapping[str, str], output_path: str,
-                   step: StepContext) -> dict[str, Any]:
+def _run_tokenized(
+    config: TokenizedConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     with step.resources.zephyr.context(log=step.log) as zephyr_context:
         stats = build_token_cache(
             dataset_files(inputs["source"]),
@@ -154,12 +169,16 @@ def _run_tokenized(config: TokenizedConfig, inputs: Mapping[str, str], output_pa
             append_eos=config.append_eos,
             sample_count=config.sample_count,
             validation_fraction=0.0 if "validation" in inputs else config.validation_fraction,
-            validation_files=dataset_files(inputs["validation"]) if "validation" in inputs else None,
+            validation_files=dataset_files(inputs["validation"])
+            if "validation" in inputs
+            else None,
             skip_bad_records=config.skip_bad_records,
             context=zephyr_context,
         )
-    step.log.info(f"token cache: {stats.shards_processed} shards tokenized, "
-                  f"{stats.shards_skipped} already done")
+    step.log.info(
+        f"token cache: {stats.shards_processed} shards tokenized, "
+        f"{stats.shards_skipped} already done"
+    )
     meta: dict[str, Any] = {
         "tokens": stats.num_tokens,
         "documents": stats.num_docs,
@@ -193,9 +212,13 @@ def tokenized(
     else:
         cfg = TokenizedConfig(validation_fraction=float(validation), **config)
     return versioned_asset(
-        name=name, kind="tokenized", config=cfg, run=_run_tokenized, upstream=upstream,
+        name=name,
+        kind="tokenized",
+        config=cfg,
+        run=_run_tokenized,
+        upstream=upstream,
         description="Token cache (uint16/uint32 ids and document offsets as .npy shards, a ledger "
-                    "per split) that training reads with TokenCache.",
+        "per split) that training reads with TokenCache.",
         resources=resources,
         required_resources=("zephyr",),
         kinds=("numpy",),

@@ -30,12 +30,14 @@ def _tokenizer_step(name: str, datasets: Mapping[dg.AssetsDefinition, float]) ->
         if "tokenizer" not in step.upstream:
             raise ValueError(
                 f"train_lm({name!r}): datasets must be tokenized(...) assets; "
-                f"{step.name} is a {step.kind!r}")
+                f"{step.name} is a {step.kind!r}"
+            )
         tokenizers[step.upstream["tokenizer"].version] = step.upstream["tokenizer"]
     if len(tokenizers) != 1:
         raise ValueError(
             f"train_lm({name!r}): the datasets use {len(tokenizers)} different tokenizers "
-            f"({sorted(t.name + '-' + v for v, t in tokenizers.items())}); a mixture needs one")
+            f"({sorted(t.name + '-' + v for v, t in tokenizers.items())}); a mixture needs one"
+        )
     return next(iter(tokenizers.values()))
 
 
@@ -44,8 +46,9 @@ def _png_markdown(path: str, alt: str) -> str:
     return f"![{alt}](data:image/png;base64,{data})"
 
 
-def _run_train(config: TrainLmConfig, inputs: Mapping[str, str], output_path: str,
-               step: StepContext) -> dict[str, Any]:
+def _run_train(
+    config: TrainLmConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     levanter = step.resources.levanter
     tok = load_tokenizer(fs.join(inputs["tokenizer"], TOKENIZER_FILE))
     # The experiment names datasets by asset; the engine reads their token caches.
@@ -53,17 +56,25 @@ def _run_train(config: TrainLmConfig, inputs: Mapping[str, str], output_path: st
         config,
         datasets={inputs[name]: weight for name, weight in config.datasets.items()},
         # Eval metrics named by asset, as the evaluate(...) asset names them.
-        validation=with_split({name: inputs[name] for name in config.datasets},
-                              config.validation_split),
+        validation=with_split(
+            {name: inputs[name] for name in config.datasets}, config.validation_split
+        ),
         tokenizer_vocab_size=vocab_size(tok),
     )
-    result = train(train_config, output_path, settings=levanter.settings(),
-                   on_metrics=levanter.metrics_logger(step.log),
-                   decode=lambda ids: tok.decode(ids, skip_special_tokens=True), log=step.log)
+    result = train(
+        train_config,
+        output_path,
+        settings=levanter.settings(),
+        on_metrics=levanter.metrics_logger(step.log),
+        decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
+        log=step.log,
+    )
     meta: dict[str, Any] = {
         "final_train_loss": round(result.final_train_loss, 4),
         "eval_loss": None if result.eval_loss is None else round(result.eval_loss, 4),
-        "tokens_per_second": None if result.tokens_per_second is None else round(result.tokens_per_second, 1),
+        "tokens_per_second": None
+        if result.tokens_per_second is None
+        else round(result.tokens_per_second, 1),
         "mfu": None if result.mfu is None else round(result.mfu, 5),
         "mfu_formula": result.mfu_formula,
         "total_tokens": result.total_tokens,
@@ -102,18 +113,29 @@ def train_lm(
     tokenizer_step = _tokenizer_step(name, datasets)
     with defining("train_lm", name):
         cfg = TrainLmConfig(
-            model=model, optimizer=optimizer or AdamConfig(),
+            model=model,
+            optimizer=optimizer or AdamConfig(),
             datasets={step_for(a).name: float(w) for a, w in datasets.items()},
-            batch_size=batch_size, num_train_steps=num_train_steps, seq_len=seq_len, **config,
+            batch_size=batch_size,
+            num_train_steps=num_train_steps,
+            seq_len=seq_len,
+            **config,
         )
     upstream = {step_for(a).name: a for a in datasets}
     upstream["tokenizer"] = tokenizer_step.asset
     return versioned_asset(
-        name=name, kind="train_lm", config=cfg, run=_run_train, upstream=upstream, label=version,
-        description=(f"Llama ({model.num_layers} layers, hidden {model.hidden_dim}) trained "
-                     f"{num_train_steps} steps, batch {batch_size}, on "
-                     + ", ".join(f"{n} x{w:g}" for n, w in cfg.datasets.items())
-                     + ". Orbax checkpoints with resume; final params as npz."),
+        name=name,
+        kind="train_lm",
+        config=cfg,
+        run=_run_train,
+        upstream=upstream,
+        label=version,
+        description=(
+            f"Llama ({model.num_layers} layers, hidden {model.hidden_dim}) trained "
+            f"{num_train_steps} steps, batch {batch_size}, on "
+            + ", ".join(f"{n} x{w:g}" for n, w in cfg.datasets.items())
+            + ". Orbax checkpoints with resume; final params as npz."
+        ),
         resources=resources,
         required_resources=("levanter",),
         kinds=("jax",),
@@ -126,12 +148,18 @@ class EvaluateStepConfig(StepConfig):
     max_batches: int | None = pydantic.Field(16, ge=1)
 
 
-def _run_evaluate(config: EvaluateStepConfig, inputs: Mapping[str, str], output_path: str,
-                  step: StepContext) -> dict[str, Any]:
+def _run_evaluate(
+    config: EvaluateStepConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     datasets = {name: path for name, path in inputs.items() if name != "checkpoint"}
-    results = evaluate_checkpoint(inputs["checkpoint"], datasets, split=config.split,
-                                  batch_size=config.batch_size, max_batches=config.max_batches,
-                                  compute_dtype=step.resources.levanter.compute_dtype)
+    results = evaluate_checkpoint(
+        inputs["checkpoint"],
+        datasets,
+        split=config.split,
+        batch_size=config.batch_size,
+        max_batches=config.max_batches,
+        compute_dtype=step.resources.levanter.compute_dtype,
+    )
     as_dict = evaluate_to_dict(results)
     fs.write_json(fs.join(output_path, "eval.json"), as_dict)
     meta: dict[str, Any] = {"results": dg.MetadataValue.json(as_dict)}
@@ -144,15 +172,27 @@ def _run_evaluate(config: EvaluateStepConfig, inputs: Mapping[str, str], output_
     return meta
 
 
-def evaluate(name: str, checkpoint: dg.AssetsDefinition, datasets: list[dg.AssetsDefinition], *,
-             resources: str | ResourceConfig = "cpu", **config: Any) -> dg.AssetsDefinition:
+def evaluate(
+    name: str,
+    checkpoint: dg.AssetsDefinition,
+    datasets: list[dg.AssetsDefinition],
+    *,
+    resources: str | ResourceConfig = "cpu",
+    **config: Any,
+) -> dg.AssetsDefinition:
     """Eval loss, perplexity and bits per byte of a checkpoint on tokenized datasets."""
     upstream = {step_for(a).name: a for a in datasets}
     upstream["checkpoint"] = checkpoint
     with defining("evaluate", name):
         cfg = EvaluateStepConfig(**config)
     return versioned_asset(
-        name=name, kind="evaluate", config=cfg, run=_run_evaluate,
-        upstream=upstream, description="Evaluation of a checkpoint on the datasets' validation split.",
-        resources=resources, required_resources=("levanter",), kinds=("jax",),
+        name=name,
+        kind="evaluate",
+        config=cfg,
+        run=_run_evaluate,
+        upstream=upstream,
+        description="Evaluation of a checkpoint on the datasets' validation split.",
+        resources=resources,
+        required_resources=("levanter",),
+        kinds=("jax",),
     )

@@ -50,8 +50,10 @@ WATCHED_KIND = "watched_folder"
 def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefinition:
     """An observable source asset over the files under local folder `path`."""
     if "://" in path:
-        raise ValueError(f"watched_folder({name!r}): {path!r} is not a local folder; "
-                         "watchdog sees only local file systems")
+        raise ValueError(
+            f"watched_folder({name!r}): {path!r} is not a local folder; "
+            "watchdog sees only local file systems"
+        )
     folder = os.path.abspath(os.path.expanduser(path))
     key = asset_key(name)
     config = WatchedFolderConfig(path=folder)
@@ -60,12 +62,17 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
         key=key,
         description=(description or f"Raw files under `{folder}`, watched for changes.")
         + "\n\nData version: the hash of every file's path and content.",
-        metadata={"marin/kind": WATCHED_KIND, "marin/version": version,
-                  "path": dg.MetadataValue.path(folder)},
+        metadata={
+            "marin/kind": WATCHED_KIND,
+            "marin/version": version,
+            "path": dg.MetadataValue.path(folder),
+        },
         kinds={"folder"},
     )
 
-    def observe(context) -> Any:  # no annotation: Dagster rejects the string one `annotations` makes
+    def observe(
+        context,
+    ) -> Any:  # no annotation: Dagster rejects the string one `annotations` makes
         snap = folder_state(folder).snapshot()
         yield dg.ObserveResult(
             asset_key=key,
@@ -76,7 +83,8 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
     with warnings.catch_warnings():  # observable source assets are "beta" in Dagster 1.13
         warnings.simplefilter("ignore", dg.BetaWarning)
         observe = dg.multi_observable_source_asset(
-            specs=[spec], name=f"observe_{key.to_python_identifier()}")(observe)
+            specs=[spec], name=f"observe_{key.to_python_identifier()}"
+        )(observe)
 
     # A watched folder is a step with no output of its own: registered so that experiments
     # find it upstream.
@@ -99,23 +107,30 @@ def _folder_files(config: FolderCorpusConfig) -> list[str]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
             rel = os.path.relpath(os.path.join(root, name), config.folder).replace(os.sep, "/")
-            if not name.startswith(".") and not fs.is_temp_name(name) and fnmatch.fnmatch(rel, config.pattern):
+            if (
+                not name.startswith(".")
+                and not fs.is_temp_name(name)
+                and fnmatch.fnmatch(rel, config.pattern)
+            ):
                 out.append(rel)
     return sorted(out)
 
 
-def _run_folder_corpus(config: FolderCorpusConfig, inputs: Mapping[str, str], output_path: str,
-                       step: StepContext) -> dict[str, Any]:
+def _run_folder_corpus(
+    config: FolderCorpusConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     # An empty source fails here, naming the folder, not two steps later as an empty dataset.
     if not os.path.isdir(config.folder):
         raise FileNotFoundError(
             f"folder_corpus: the watched folder {config.folder} does not exist (or is not a "
-            "folder); create it and put text files there, or point watched_folder(...) at it")
+            "folder); create it and put text files there, or point watched_folder(...) at it"
+        )
     rels = _folder_files(config)
     if not rels:
         raise ValueError(
             f"folder_corpus: no files under {config.folder} match pattern {config.pattern!r} "
-            "(dotfiles and temporary files are left out); add files there or change `pattern`")
+            "(dotfiles and temporary files are left out); add files there or change `pattern`"
+        )
     digests, docs = {}, []
     for rel in rels:
         path = os.path.join(config.folder, rel)
@@ -124,30 +139,49 @@ def _run_folder_corpus(config: FolderCorpusConfig, inputs: Mapping[str, str], ou
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: byte {e.start} is not UTF-8; folder_corpus reads UTF-8 text "
-                             "files: convert it or narrow `pattern`") from e
+            raise ValueError(
+                f"{path}: byte {e.start} is not UTF-8; folder_corpus reads UTF-8 text "
+                "files: convert it or narrow `pattern`"
+            ) from e
         digests[rel] = file_digest(path)
         docs.append({"id": rel, "text": text, "source": config.folder})
     for index in range(config.num_shards):
-        lines = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs[index::config.num_shards])
+        lines = "".join(
+            json.dumps(d, ensure_ascii=False) + "\n" for d in docs[index :: config.num_shards]
+        )
         target = fs.join(output_path, f"part-{index:05d}.jsonl.gz")
         fs.write_bytes(target, gzip.compress(lines.encode("utf-8"), mtime=0))
     step.log.info(f"{len(docs)} documents from {config.folder}")
-    return {"documents": len(docs), "text_bytes": sum(len(d["text"].encode()) for d in docs),
-            "content_hash": content_hash(digests), "folder": dg.MetadataValue.path(config.folder)}
+    return {
+        "documents": len(docs),
+        "text_bytes": sum(len(d["text"].encode()) for d in docs),
+        "content_hash": content_hash(digests),
+        "folder": dg.MetadataValue.path(config.folder),
+    }
 
 
-def folder_corpus(name: str, source: dg.AssetsDefinition, *, resources: str | ResourceConfig = "cpu",
-                  **config: Any) -> dg.AssetsDefinition:
+def folder_corpus(
+    name: str,
+    source: dg.AssetsDefinition,
+    *,
+    resources: str | ResourceConfig = "cpu",
+    **config: Any,
+) -> dg.AssetsDefinition:
     """The text files of watched folder `source` as JSONL shards of `{id, text, source}`."""
     folder_step = step_for(source)
     if folder_step.kind != WATCHED_KIND:
-        raise ValueError(f"folder_corpus({name!r}): source {folder_step.name} is a {folder_step.kind}, "
-                         "not a watched_folder")
+        raise ValueError(
+            f"folder_corpus({name!r}): source {folder_step.name} is a {folder_step.kind}, "
+            "not a watched_folder"
+        )
     cfg = FolderCorpusConfig(folder=folder_step.config.path, **config)
     built = versioned_asset(
-        name=name, kind="folder_corpus", config=cfg, run=_run_folder_corpus,
-        description=f"The text files under {cfg.folder} as JSONL documents.", kinds=("json",),
+        name=name,
+        kind="folder_corpus",
+        config=cfg,
+        run=_run_folder_corpus,
+        description=f"The text files under {cfg.folder} as JSONL documents.",
+        kinds=("json",),
         resources=resources,
     )
     # The folder has no output for versioned_asset to resolve as an input, so the

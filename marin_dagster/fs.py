@@ -37,8 +37,10 @@ def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
         fs, fs_path = fsspec.core.url_to_fs(path, use_listings_cache=False)
     except ImportError as e:
         if path.startswith(("gs://", "gcs://")):
-            raise ImportError(f"{path}: gs:// storage needs gcsfs; install it with "
-                              "pip install 'marin-dagster[gcs]'") from e
+            raise ImportError(
+                f"{path}: gs:// storage needs gcsfs; install it with "
+                "pip install 'marin-dagster[gcs]'"
+            ) from e
         raise
     return fs, fs_path
 
@@ -92,7 +94,9 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
     if isinstance(fs, LocalFileSystem):
         directory = os.path.dirname(fs_path) or "."
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f"{os.path.basename(fs_path)}{_TEMP_MARK}{uuid.uuid4().hex[:8]}")
+        tmp = os.path.join(
+            directory, f"{os.path.basename(fs_path)}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
+        )
         try:
             with open(tmp, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f:
                 yield f
@@ -104,8 +108,12 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
                 os.remove(tmp)
             raise
         return
-    with tempfile.NamedTemporaryFile(mode, delete=False, suffix=_TEMP_MARK.rstrip("-"),
-                                     **({"encoding": "utf-8"} if mode == "w" else {})) as f:
+    with tempfile.NamedTemporaryFile(
+        mode,
+        delete=False,
+        suffix=_TEMP_MARK.rstrip("-"),
+        **({"encoding": "utf-8"} if mode == "w" else {}),
+    ) as f:
         tmp = f.name
         try:
             yield f

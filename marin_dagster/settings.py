@@ -16,11 +16,16 @@ from dataclasses import field
 from typing import Any
 
 
-def setting(default: Any = dataclasses.MISSING, description: str = "", *,
-            default_factory: Any = dataclasses.MISSING) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    description: str = "",
+    *,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
     """A settings field with the description the UI and the executor's schema show."""
-    return field(default=default, default_factory=default_factory,
-                 metadata={"description": description})
+    return field(
+        default=default, default_factory=default_factory, metadata={"description": description}
+    )
 
 
 def settings_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:

@@ -40,8 +40,9 @@ def _config_fields(cls: type, nested: Mapping[type, type]) -> dict[str, Any]:
             value = pydantic.Field(default_factory=nested[type(default)], description=description)
         elif isinstance(default, Mapping | tuple):  # mutable in a Config: a fresh one per instance
             plain = dict if isinstance(default, Mapping) else list
-            value = pydantic.Field(default_factory=lambda d=default, p=plain: p(d),
-                                   description=description)
+            value = pydantic.Field(
+                default_factory=lambda d=default, p=plain: p(d), description=description
+            )
         else:
             value = pydantic.Field(default, description=description)
         fields[f.name] = (annotation, value)
@@ -49,10 +50,9 @@ def _config_fields(cls: type, nested: Mapping[type, type]) -> dict[str, Any]:
 
 
 def config_class(name: str, cls: type, base: type, nested: Mapping[type, type]) -> type:
-    return pydantic.create_model(name, __base__=base, __doc__=cls.__doc__,
-                                 __module__=__name__, **_config_fields(cls, nested))
-
-
+    return pydantic.create_model(
+        name, __base__=base, __doc__=cls.__doc__, __module__=__name__, **_config_fields(cls, nested)
+    )
 
 
 def settings_dict(config: pydantic.BaseModel, settings: type) -> dict[str, Any]:

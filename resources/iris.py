@@ -23,8 +23,12 @@ from resources.derive import config_class, settings_dict
 
 IrisInventory = config_class("IrisInventory", InventorySettings, dg.Config, {})
 IrisKubernetes = config_class("IrisKubernetes", KubernetesSettings, dg.Config, {})
-_IrisFields = config_class("_IrisFields", IrisSettings, dg.ConfigurableResource,
-                            {InventorySettings: IrisInventory, KubernetesSettings: IrisKubernetes})
+_IrisFields = config_class(
+    "_IrisFields",
+    IrisSettings,
+    dg.ConfigurableResource,
+    {InventorySettings: IrisInventory, KubernetesSettings: IrisKubernetes},
+)
 
 
 class IrisResource(_IrisFields):
@@ -36,7 +40,9 @@ class IrisResource(_IrisFields):
         gpus = os.environ.get("MARIN_IRIS_GPUS")
         return IrisResource(
             launcher=os.environ.get("MARIN_IRIS_LAUNCHER", "local"),
-            inventory=IrisInventory(gpus=[g for g in gpus.split(",") if g] if gpus is not None else None),
+            inventory=IrisInventory(
+                gpus=[g for g in gpus.split(",") if g] if gpus is not None else None
+            ),
             kubernetes=IrisKubernetes(
                 image=os.environ.get("MARIN_IRIS_IMAGE") or None,
                 namespace=os.environ.get("MARIN_IRIS_NAMESPACE", "default"),

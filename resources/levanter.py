@@ -31,8 +31,12 @@ class LevanterResource(_LevanterFields):
 
 def format_metrics(row: dict[str, Any]) -> str:
     parts = [f"step {row['step']}"]
-    for key, fmt in (("loss", ".4f"), ("learning_rate", ".3g"), ("grad_norm", ".3f"),
-                     ("tokens_per_second", ".0f")):
+    for key, fmt in (
+        ("loss", ".4f"),
+        ("learning_rate", ".3g"),
+        ("grad_norm", ".3f"),
+        ("tokens_per_second", ".0f"),
+    ):
         if key in row:
             parts.append(f"{key} {row[key]:{fmt}}")
     if "mfu" in row:

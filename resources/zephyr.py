@@ -45,10 +45,14 @@ class ZephyrResource(dg.ConfigurableResource):
         `context.log`), stage progress goes there while the pipeline runs."""
         if progress is None and log is not None:
             progress = self._progress_logger(log)
-        return ZephyrContext(max_workers=self.max_workers, backend=self.backend,
-                             memory_budget=self.memory_budget,
-                             max_shard_failures=self.max_shard_failures, progress=progress,
-                             progress_bar=False)
+        return ZephyrContext(
+            max_workers=self.max_workers,
+            backend=self.backend,
+            memory_budget=self.memory_budget,
+            max_shard_failures=self.max_shard_failures,
+            progress=progress,
+            progress_bar=False,
+        )
 
     def _progress_logger(self, log: Any) -> Any:
         every = self.log_every_shards
@@ -66,8 +70,12 @@ class ZephyrResource(dg.ConfigurableResource):
 
         return on_progress
 
-    def execute(self, dataset: Dataset, context: dg.AssetExecutionContext | dg.OpExecutionContext
-                | None = None, dry_run: bool = False) -> ZephyrExecutionResult:
+    def execute(
+        self,
+        dataset: Dataset,
+        context: dg.AssetExecutionContext | dg.OpExecutionContext | None = None,
+        dry_run: bool = False,
+    ) -> ZephyrExecutionResult:
         """Run `dataset`; with a Dagster context, progress goes to its run log."""
         log = context.log if context is not None else _log
         with self.context(log=log) as ctx:

@@ -37,9 +37,20 @@ def gcs_emulator() -> Iterator[str]:
     """A real GCS HTTP server (the gcp-storage-emulator package); yields its endpoint."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start", "--port", str(port), "--in-memory",
-         "--default-bucket", EMULATOR_BUCKET],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--port",
+            str(port),
+            "--in-memory",
+            "--default-bucket",
+            EMULATOR_BUCKET,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60

@@ -13,9 +13,15 @@ MAKE = shutil.which("make")
 
 
 def _browser(tmp_path, chromium: str, path: str) -> subprocess.CompletedProcess:
-    return subprocess.run([MAKE, "-s", "browser", f"CHROMIUM={chromium}"], cwd=REPO, text=True,
-                          capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
-                          env={"PATH": path, "HOME": str(tmp_path)})
+    return subprocess.run(
+        [MAKE, "-s", "browser", f"CHROMIUM={chromium}"],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={"PATH": path, "HOME": str(tmp_path)},
+    )
 
 
 def test_a_browser_already_there_is_used_as_it_is(tmp_path):
@@ -40,8 +46,15 @@ def test_make_validate_loads_the_code_location_without_dagster_cli_warnings(tmp_
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    proc = subprocess.run([MAKE, "-s", "validate", f"DAGSTER_HOME={home}"], cwd=REPO, text=True,
-                          capture_output=True, timeout=300, stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.run(
+        [MAKE, "-s", "validate", f"DAGSTER_HOME={home}"],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "Validation successful" in out

@@ -20,7 +20,8 @@ def dataset_files(output_path: str) -> list[str]:
     found: list[str] = []
     for folder in (f"{root.rstrip('/')}/documents", root.rstrip("/")):
         found = sorted(
-            p for p in fsys.glob(f"{folder}/part-*")
+            p
+            for p in fsys.glob(f"{folder}/part-*")
             if p.endswith(DATA_SUFFIXES) and not fs.is_temp_name(p)
         )
         if found:

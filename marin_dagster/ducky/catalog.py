@@ -57,8 +57,17 @@ JSONL, PARQUET, CSV, TOKEN_CACHE = "jsonl", "parquet", "csv", "token_cache"
 FORMATS = (JSONL, PARQUET, CSV, TOKEN_CACHE)
 
 _SUFFIXES = {
-    JSONL: (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst", ".ndjson",
-            ".ndjson.gz", ".ndjson.zst"),
+    JSONL: (
+        ".jsonl",
+        ".jsonl.gz",
+        ".jsonl.zst",
+        ".json",
+        ".json.gz",
+        ".json.zst",
+        ".ndjson",
+        ".ndjson.gz",
+        ".ndjson.zst",
+    ),
     PARQUET: (".parquet",),
     CSV: (".csv", ".csv.gz", ".csv.zst", ".tsv"),
 }
@@ -91,7 +100,9 @@ _KIND_HINTS: dict[str, ReaderHint] = {}
 def register_kind(kind: str, *, format: str | None = None, files: str | None = None) -> None:
     """Declare the format and/or a file glob for the outputs of factories of `kind`."""
     if format is not None and format not in FORMATS:
-        raise ValueError(f"register_kind({kind!r}): format {format!r} is not one of {', '.join(FORMATS)}")
+        raise ValueError(
+            f"register_kind({kind!r}): format {format!r} is not one of {', '.join(FORMATS)}"
+        )
     _KIND_HINTS[kind] = ReaderHint(format, files)
 
 
@@ -140,7 +151,9 @@ def format_of(rel_path: str, *, plain_json: bool = False) -> str | None:
 
 def detect_format(rel_paths: Iterable[str], *, plain_json: bool = False) -> str | None:
     """The format most of an output's data files share (a token cache wins: its .npy are the data)."""
-    counts = Counter(f for f in (format_of(p, plain_json=plain_json) for p in rel_paths) if f is not None)
+    counts = Counter(
+        f for f in (format_of(p, plain_json=plain_json) for p in rel_paths) if f is not None
+    )
     if not counts:
         return None
     if TOKEN_CACHE in counts:
@@ -163,7 +176,9 @@ def main_table(rel_paths: Iterable[str]) -> list[str]:
     return documents or data
 
 
-def load_output(entry: AssetEntry, path: str, record: StatusRecord, current: bool) -> Dataset | None:
+def load_output(
+    entry: AssetEntry, path: str, record: StatusRecord, current: bool
+) -> Dataset | None:
     """The Dataset of one SUCCESS output, or None when it holds no readable data files."""
     manifest = _read_manifest(path)
     hint = hint_for(entry.kind)
@@ -176,16 +191,29 @@ def load_output(entry: AssetEntry, path: str, record: StatusRecord, current: boo
     explicit = bool(pattern)
     fmt = entry.format or hint.format or detect_format(chosen, plain_json=explicit)
     if fmt is None:
-        logger.info(f"{entry.name}: {path} has no JSONL, Parquet, CSV or token-cache files; no view")
+        logger.info(
+            f"{entry.name}: {path} has no JSONL, Parquet, CSV or token-cache files; no view"
+        )
         return None
     if fmt not in FORMATS:
-        raise ValueError(f"{entry.name}: marin/format {fmt!r} is not one of {', '.join(FORMATS)}; "
-                         "fix the asset's metadata")
+        raise ValueError(
+            f"{entry.name}: marin/format {fmt!r} is not one of {', '.join(FORMATS)}; "
+            "fix the asset's metadata"
+        )
     files = tuple(fs.join(path, r) for r in chosen if format_of(r, plain_json=explicit) == fmt)
     if not files:
         return None
-    return Dataset(entry.name, entry.kind, record.version, path, fmt, files, current,
-                   record.updated_at, record.metadata)
+    return Dataset(
+        entry.name,
+        entry.kind,
+        record.version,
+        path,
+        fmt,
+        files,
+        current,
+        record.updated_at,
+        record.metadata,
+    )
 
 
 def _other_versions(prefix: str, name: str) -> list[str]:

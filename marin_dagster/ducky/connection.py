@@ -37,7 +37,7 @@ def token_cache_table(dataset: Dataset) -> pa.Table:
     splits, shards, docs, lengths = [], [], [], []
     root = dataset.path.rstrip("/") + "/"
     for path in dataset.files:
-        rel = path[len(root):] if path.startswith(root) else path
+        rel = path[len(root) :] if path.startswith(root) else path
         parts = rel.split("/")
         split, shard = (parts[0], parts[-2]) if len(parts) >= 3 else ("train", parts[0])
         fsys, p = fs.url_to_fs(path)
@@ -45,18 +45,22 @@ def token_cache_table(dataset: Dataset) -> pa.Table:
             with fsys.open(p, "rb") as f:
                 offsets = np.load(f)
         except ValueError as e:
-            raise ValueError(f"{path} is not a valid offsets.npy ({e}); rebuild {dataset.name}") from e
+            raise ValueError(
+                f"{path} is not a valid offsets.npy ({e}); rebuild {dataset.name}"
+            ) from e
         n = max(len(offsets) - 1, 0)
         splits.extend([split] * n)
         shards.extend([shard] * n)
         docs.append(np.arange(n, dtype=np.int64))
         lengths.append(np.diff(offsets).astype(np.int64))
-    return pa.table({
-        "split": pa.array(splits, pa.string()),
-        "shard": pa.array(shards, pa.string()),
-        "document": pa.array(np.concatenate(docs) if docs else np.array([], np.int64)),
-        "num_tokens": pa.array(np.concatenate(lengths) if lengths else np.array([], np.int64)),
-    })
+    return pa.table(
+        {
+            "split": pa.array(splits, pa.string()),
+            "shard": pa.array(shards, pa.string()),
+            "document": pa.array(np.concatenate(docs) if docs else np.array([], np.int64)),
+            "num_tokens": pa.array(np.concatenate(lengths) if lengths else np.array([], np.int64)),
+        }
+    )
 
 
 def view_sql(dataset: Dataset) -> str:
@@ -81,12 +85,15 @@ def add_view(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> None:
 def view_error(dataset: Dataset, error: Exception) -> str:
     """Why the view of `dataset` cannot be made, in one line, and what to do."""
     first = str(error).strip().split("\n")[0].strip().rstrip(".")
-    return (f"cannot read {dataset.path} ({dataset.format}, {len(dataset.files)} files): {first}; "
-            f"fix or remove the file named, or rematerialize {dataset.name}")
+    return (
+        f"cannot read {dataset.path} ({dataset.format}, {len(dataset.files)} files): {first}; "
+        f"fix or remove the file named, or rematerialize {dataset.name}"
+    )
 
 
-def connect(datasets: Iterable[Dataset], prefix: str,
-            unavailable: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    datasets: Iterable[Dataset], prefix: str, unavailable: dict[str, str] | None = None
+) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with a view per dataset, reading under `prefix`.
 
     A view that cannot be made raises ValueError, unless `unavailable` is given:

@@ -81,11 +81,15 @@ def check_limit(limit: Any, max_rows: int) -> int | None:
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int):
-        raise QueryFailed(f'"limit" must be a whole number of rows from 0 to {max_rows}, got {limit!r}; '
-                          'leave it out for the whole result')
+        raise QueryFailed(
+            f'"limit" must be a whole number of rows from 0 to {max_rows}, got {limit!r}; '
+            "leave it out for the whole result"
+        )
     if not 0 <= limit <= max_rows:
-        raise QueryFailed(f'"limit" {limit} is not from 0 to {max_rows} (the most rows this service '
-                          "returns per response); ask for fewer rows, or aggregate the query")
+        raise QueryFailed(
+            f'"limit" {limit} is not from 0 to {max_rows} (the most rows this service '
+            "returns per response); ask for fewer rows, or aggregate the query"
+        )
     return limit
 
 
@@ -130,12 +134,19 @@ class SqlService:
     def __post_init__(self) -> None:
         for field in ("max_rows", "max_bytes", "cache_size", "cache_bytes"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if "cache" in field else 1):
-                raise ValueError(f"SqlService: {field} must be a whole number >= "
-                                 f"{0 if 'cache' in field else 1}, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < (0 if "cache" in field else 1)
+            ):
+                raise ValueError(
+                    f"SqlService: {field} must be a whole number >= "
+                    f"{0 if 'cache' in field else 1}, got {value!r}"
+                )
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[tuple[str, int | None], tuple[dict[str, Any], int]] = (
-            collections.OrderedDict())
+            collections.OrderedDict()
+        )
         self._cached_bytes = 0
         self._con: duckdb.DuckDBPyConnection | None = None
         self._datasets: list[Dataset] = []
@@ -147,7 +158,11 @@ class SqlService:
 
     # -- catalog --------------------------------------------------------------
     def _refresh(self, force: bool = False) -> None:
-        if not force and self._con is not None and time.monotonic() - self._refreshed < self.refresh_s:
+        if (
+            not force
+            and self._con is not None
+            and time.monotonic() - self._refreshed < self.refresh_s
+        ):
             return
         items = list(self.catalog())
         self._refreshed = time.monotonic()
@@ -164,14 +179,25 @@ class SqlService:
         self._datasets = [d for d in datasets if d.name not in unavailable]
         self._cache.clear()
         self._cached_bytes = 0
-        logger.info(f"ducky: {len(self._datasets)} views: {', '.join(d.name for d in self._datasets)}"
-                    + (f"; unavailable: {', '.join(unavailable)}" if unavailable else ""))
+        logger.info(
+            f"ducky: {len(self._datasets)} views: {', '.join(d.name for d in self._datasets)}"
+            + (f"; unavailable: {', '.join(unavailable)}" if unavailable else "")
+        )
 
     def tables(self) -> list[dict[str, Any]]:
         with self._lock:
             self._refresh()
-            return [{"name": d.name, "version": d.version, "path": d.path, "format": d.format,
-                     "current": d.current, "files": len(d.files)} for d in self._datasets]
+            return [
+                {
+                    "name": d.name,
+                    "version": d.version,
+                    "path": d.path,
+                    "format": d.format,
+                    "current": d.current,
+                    "files": len(d.files),
+                }
+                for d in self._datasets
+            ]
 
     def unavailable(self) -> dict[str, str]:
         """Views that could not be made: name -> why, and what to do."""
@@ -218,13 +244,15 @@ class SqlService:
         return ResultTooLarge(
             f"the result has more than {self.max_rows:,} rows, the most this service returns per response; "
             "narrow the query: add LIMIT (e.g. LIMIT 100), aggregate (count(*), GROUP BY), filter with "
-            'WHERE, or send "limit": N for the first N rows')
+            'WHERE, or send "limit": N for the first N rows'
+        )
 
     def _too_many_bytes(self, rows: int) -> ResultTooLarge:
         return ResultTooLarge(
             f"the result is over {human_bytes(self.max_bytes)} as JSON after {rows:,} rows, the most this "
             "service returns per response; narrow the query: select fewer or shorter columns "
-            "(e.g. left(text, 200) instead of text), aggregate (count(*), GROUP BY), or add LIMIT")
+            "(e.g. left(text, 200) instead of text), aggregate (count(*), GROUP BY), or add LIMIT"
+        )
 
     def _execute(self, statement: str, limit: int | None) -> tuple[dict[str, Any], int]:
         """The result and its rows' size as JSON; fetches at most `cap + 1` rows, in batches."""
@@ -255,12 +283,18 @@ class SqlService:
                         raise self._too_many_bytes(len(rows))
                     rows.append(values)
         except duckdb.InterruptException as e:
-            raise QueryTimeout(f"the query ran past the {self.timeout_s:g} s timeout and was stopped") from e
+            raise QueryTimeout(
+                f"the query ran past the {self.timeout_s:g} s timeout and was stopped"
+            ) from e
         except duckdb.PermissionException as e:
-            raise QueryRefused(f"refused: {e}; only the dataset views under {self.prefix} can be read") from e
+            raise QueryRefused(
+                f"refused: {e}; only the dataset views under {self.prefix} can be read"
+            ) from e
         except duckdb.Error as e:
             if time.monotonic() - started >= self.timeout_s:
-                raise QueryTimeout(f"the query ran past the {self.timeout_s:g} s timeout and was stopped") from e
+                raise QueryTimeout(
+                    f"the query ran past the {self.timeout_s:g} s timeout and was stopped"
+                ) from e
             if isinstance(e, duckdb.CatalogException):
                 why = self._unavailable_in(statement)
                 if why:
@@ -310,7 +344,9 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
                 unavailable = [{"name": n, "reason": r} for n, r in service.unavailable().items()]
                 self._send(200, {"tables": tables, "unavailable": unavailable})
             else:
-                self._send(404, {"error": f"no route GET {self.path}; use POST /query, GET /tables"})
+                self._send(
+                    404, {"error": f"no route GET {self.path}; use POST /query, GET /tables"}
+                )
 
         def do_POST(self) -> None:  # noqa: N802
             if self.path != "/query":
@@ -331,7 +367,9 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
                     request = json.loads(body)
                     sql, limit = request["sql"], request.get("limit")
                 except (ValueError, KeyError, TypeError, AttributeError) as e:
-                    self._send(400, {"error": f'the JSON body must be {{"sql": "...", "limit": N}} ({e})'})
+                    self._send(
+                        400, {"error": f'the JSON body must be {{"sql": "...", "limit": N}} ({e})'}
+                    )
                     return
             else:
                 sql = body
@@ -342,7 +380,10 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
             except QueryTimeout as e:
                 self._send(408, {"error": str(e)})
             except ResultTooLarge as e:
-                self._send(413, {"error": str(e), "max_rows": service.max_rows, "max_bytes": service.max_bytes})
+                self._send(
+                    413,
+                    {"error": str(e), "max_rows": service.max_rows, "max_bytes": service.max_bytes},
+                )
             except (QueryFailed, ValueError) as e:
                 self._send(400, {"error": str(e)})
 

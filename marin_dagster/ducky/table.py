@@ -19,12 +19,16 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_widt
     for row in cells:
         for i, value in enumerate(row):
             widths[i] = max(widths[i], len(value))
-    numeric = [all(isinstance(r[i], int | float) or r[i] is None for r in rows) and bool(rows)
-               for i in range(len(columns))]
+    numeric = [
+        all(isinstance(r[i], int | float) or r[i] is None for r in rows) and bool(rows)
+        for i in range(len(columns))
+    ]
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
 
     out = [line(list(columns)), "  ".join("-" * w for w in widths)]
     out.extend(line(row) for row in cells)

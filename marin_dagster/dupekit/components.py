@@ -46,8 +46,12 @@ def build_node(node: str, links: Iterator[tuple]) -> Iterator[dict]:
         if len(link) > 2:
             doubtful.update(link[2])
     counters.increment("dedup/fuzzy/cc_nodes")
-    state = {"node": node, "adj": sorted(adjacency), "label": min([node, *adjacency]),
-             "changed": True}
+    state = {
+        "node": node,
+        "adj": sorted(adjacency),
+        "label": min([node, *adjacency]),
+        "changed": True,
+    }
     if doubtful - adjacency:
         state["doubtful"] = sorted(doubtful - adjacency)
         counters.increment("dedup/fuzzy/doubtful_ends", len(state["doubtful"]))
@@ -86,8 +90,10 @@ def update_label(node: str, incoming: Iterator[tuple]) -> Iterator[dict]:
         elif best is None or label < best:
             best = label
     if state is None:
-        raise ValueError(f"connected components lost the state of node {node!r}: a message "
-                         "reached a node that no file holds (were the node files changed?)")
+        raise ValueError(
+            f"connected components lost the state of node {node!r}: a message "
+            "reached a node that no file holds (were the node files changed?)"
+        )
     state = {k: v for k, v in state.items() if k != "doubtful"}  # decided by now
     if added - set(state["adj"]):
         # New neighbours: both ends send their labels next round.
@@ -124,15 +130,21 @@ def build_nodes(links: Dataset, ctx: Any, work_dir: str, num_shards: int) -> Com
     """
     first = fs.join(work_dir, "it_0")
     result = ctx.execute(
-        links.group_by(key=source_of, reducer=build_node, num_output_shards=num_shards)
-        .write_jsonl(fs.join(first, _PATTERN)))
-    return ComponentsResult(fs.join(first, "*.jsonl.gz"), 0,
-                            int(result.counters.get("dedup/fuzzy/cc_nodes", 0)),
-                            result.counters.as_dict())
+        links.group_by(key=source_of, reducer=build_node, num_output_shards=num_shards).write_jsonl(
+            fs.join(first, _PATTERN)
+        )
+    )
+    return ComponentsResult(
+        fs.join(first, "*.jsonl.gz"),
+        0,
+        int(result.counters.get("dedup/fuzzy/cc_nodes", 0)),
+        result.counters.as_dict(),
+    )
 
 
-def propagate_labels(graph: ComponentsResult, ctx: Any, work_dir: str, num_shards: int,
-                     max_iterations: int = 64) -> ComponentsResult:
+def propagate_labels(
+    graph: ComponentsResult, ctx: Any, work_dir: str, num_shards: int, max_iterations: int = 64
+) -> ComponentsResult:
     """Rounds of min-label propagation from `build_nodes`' files until no label changes.
 
     Files of `{"a", "b"}` edges written beside the node files (in
@@ -144,23 +156,29 @@ def propagate_labels(graph: ComponentsResult, ctx: Any, work_dir: str, num_shard
     for iteration in range(1, max_iterations + 1):
         nxt = fs.join(work_dir, f"it_{iteration}")
         result = ctx.execute(
-            Dataset.from_files(fs.join(current, "*.jsonl.gz")).load_jsonl()
+            Dataset.from_files(fs.join(current, "*.jsonl.gz"))
+            .load_jsonl()
             .flat_map(messages)
             .group_by(key=receiver_of, reducer=update_label, num_output_shards=num_shards)
-            .write_jsonl(fs.join(nxt, _PATTERN)))
+            .write_jsonl(fs.join(nxt, _PATTERN))
+        )
         fs.remove(current, recursive=True)
         current = nxt
         changed = int(result.counters.get(CHANGED_COUNTER, 0))
         logger.info("connected components round %d: %d labels changed", iteration, changed)
         if changed == 0:
-            return ComponentsResult(fs.join(current, "*.jsonl.gz"), iteration, graph.nodes,
-                                    graph.first_counters)
-    raise RuntimeError(f"connected components did not converge in {max_iterations} rounds "
-                       f"(nodes still changing); raise cc_max_iterations")
+            return ComponentsResult(
+                fs.join(current, "*.jsonl.gz"), iteration, graph.nodes, graph.first_counters
+            )
+    raise RuntimeError(
+        f"connected components did not converge in {max_iterations} rounds "
+        f"(nodes still changing); raise cc_max_iterations"
+    )
 
 
-def connected_components(links: Dataset, ctx: Any, work_dir: str, num_shards: int,
-                         max_iterations: int = 64) -> ComponentsResult:
+def connected_components(
+    links: Dataset, ctx: Any, work_dir: str, num_shards: int, max_iterations: int = 64
+) -> ComponentsResult:
     """Labels every linked node with its component's smallest node key.
 
     Returns the glob of the final node files (records `{node, adj, label,

@@ -59,8 +59,12 @@ class ParagraphHashes:
                 counters.increment("dedup/document/passed_through")
             for p, (start, end) in enumerate(spans):
                 counters.increment("dedup/paragraph/total")
-                yield (text_hash128(normalize_for_exact(text[start:end])),
-                       f"{doc.key}{p:0{_PARAGRAPH_DIGITS}x}", start, end)
+                yield (
+                    text_hash128(normalize_for_exact(text[start:end])),
+                    f"{doc.key}{p:0{_PARAGRAPH_DIGITS}x}",
+                    start,
+                    end,
+                )
 
 
 def hash_of(item: tuple) -> str:
@@ -75,8 +79,9 @@ def first_of_document_group(digest: str, items: Iterator[tuple[str, str]]) -> It
         yield {"file": file_index, "record": record_index, "cluster": keys[0]}
 
 
-def first_of_paragraph_group(digest: str, items: Iterator[tuple[str, str, int, int]]
-                             ) -> Iterator[dict]:
+def first_of_paragraph_group(
+    digest: str, items: Iterator[tuple[str, str, int, int]]
+) -> Iterator[dict]:
     members = sorted({(key, start, end) for _h, key, start, end in items})
     for key, start, end in members[1:]:
         file_index, record_index = key_position(key[:-_PARAGRAPH_DIGITS])

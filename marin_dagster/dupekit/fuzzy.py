@@ -54,9 +54,16 @@ class FuzzySettings:
     verify: bool
 
     def meta(self) -> dict:
-        return {"num_perm": self.num_perm, "seed": self.seed, "shingle_kind": self.shingles.kind,
-                "ngram": self.shingles.n, "bands": self.lsh.bands, "rows": self.lsh.rows,
-                "shingle_hash": "murmur3_32(utf-32-le)", "scheme": "affine32"}
+        return {
+            "num_perm": self.num_perm,
+            "seed": self.seed,
+            "shingle_kind": self.shingles.kind,
+            "ngram": self.shingles.n,
+            "bands": self.lsh.bands,
+            "rows": self.lsh.rows,
+            "shingle_hash": "murmur3_32(utf-32-le)",
+            "scheme": "affine32",
+        }
 
 
 class _SignatureSink:
@@ -65,17 +72,22 @@ class _SignatureSink:
     def __init__(self, path: str, settings: FuzzySettings):
         self._cm = fs.atomic_write(path, "wb")
         self._file = self._cm.__enter__()
-        schema = pa.schema([("id", pa.string()),
-                            ("signature", pa.list_(pa.uint32(), settings.num_perm))],
-                           metadata={b"dupekit": json.dumps(settings.meta(), sort_keys=True).encode()})
+        schema = pa.schema(
+            [("id", pa.string()), ("signature", pa.list_(pa.uint32(), settings.num_perm))],
+            metadata={b"dupekit": json.dumps(settings.meta(), sort_keys=True).encode()},
+        )
         self._writer = pq.ParquetWriter(self._file, schema)
         self._schema = schema
 
     def write(self, ids: list, sigs: np.ndarray) -> None:
         values = pa.array(np.ascontiguousarray(sigs).reshape(-1), type=pa.uint32())
-        table = pa.table({"id": pa.array([str(i) for i in ids], pa.string()),
-                          "signature": pa.FixedSizeListArray.from_arrays(values, sigs.shape[1])},
-                         schema=self._schema)
+        table = pa.table(
+            {
+                "id": pa.array([str(i) for i in ids], pa.string()),
+                "signature": pa.FixedSizeListArray.from_arrays(values, sigs.shape[1]),
+            },
+            schema=self._schema,
+        )
         self._writer.write_table(table)
 
     def close(self, ok: bool) -> None:
@@ -106,8 +118,9 @@ class BandRecords:
     partitions: int
 
     def __call__(self, source: SourceFile) -> Iterator[tuple]:
-        sink = _SignatureSink(fs.join(self.signatures_dir, f"part-{source.index:05d}.parquet"),
-                              self.settings)
+        sink = _SignatureSink(
+            fs.join(self.signatures_dir, f"part-{source.index:05d}.parquet"), self.settings
+        )
         ok = False
         try:
             pending: list[tuple[list[str], np.ndarray]] = []
@@ -133,8 +146,9 @@ class BandRecords:
         finally:
             sink.close(ok)
 
-    def _signatures(self, batch: list[tuple[SourceDoc, str]], sink: _SignatureSink
-                    ) -> tuple[list[str], np.ndarray]:
+    def _signatures(
+        self, batch: list[tuple[SourceDoc, str]], sink: _SignatureSink
+    ) -> tuple[list[str], np.ndarray]:
         all_hashes = batch_shingle_hashes([text for _doc, text in batch], self.settings.shingles)
         # Empty, or shorter than one shingle: no signature, never a duplicate.
         docs = [doc for (doc, _t), h in zip(batch, all_hashes, strict=True) if len(h)]
@@ -159,14 +173,18 @@ class BandRecords:
         order = np.argsort(part, kind="stable")
         bounds = np.searchsorted(part[order], np.arange(self.partitions + 1))
         for p in range(self.partitions):
-            idx = order[bounds[p]: bounds[p + 1]]
+            idx = order[bounds[p] : bounds[p + 1]]
             if len(idx) == 0:
                 continue
             docs = doc_of[idx]
             # Verification compares values for equality: 16 bits halve the shuffle, and two
             # different values match by chance with probability 2^-16.
-            yield (p, flat[idx], [keys[d] for d in docs],
-                   sigs[docs].astype(np.uint16) if self.settings.verify else None)
+            yield (
+                p,
+                flat[idx],
+                [keys[d] for d in docs],
+                sigs[docs].astype(np.uint16) if self.settings.verify else None,
+            )
 
 
 def partition_of(record: tuple) -> int:
@@ -225,8 +243,9 @@ class BucketLinks:
             for key in members[1:]:
                 yield members[0], key
 
-    def _verified_links(self, buckets: np.ndarray, keys: list[str],
-                        sigs: np.ndarray) -> Iterator[tuple[str, str, bool]]:
+    def _verified_links(
+        self, buckets: np.ndarray, keys: list[str], sigs: np.ndarray
+    ) -> Iterator[tuple[str, str, bool]]:
         from scipy.sparse import coo_matrix
         from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
 
@@ -241,7 +260,9 @@ class BucketLinks:
         sizes = np.diff(np.concatenate([starts, [len(buckets)]]))
         counters.increment("dedup/fuzzy/candidate_buckets", int(np.count_nonzero(sizes > 1)))
         need = agreement_needed(self.threshold, self.num_perm)
-        sure = agreement_needed(self.threshold + self.verify_margin, self.num_perm)  # > num_perm: none
+        sure = agreement_needed(
+            self.threshold + self.verify_margin, self.num_perm
+        )  # > num_perm: none
         us, vs, agrees = [], [], []
         compared = 0
         for a, b in _pairs_within(starts, sizes):
@@ -271,8 +292,9 @@ class BucketLinks:
         _c, root = np.unique(comp, return_index=True)
         w = np.where(lo == root[comp[lo]], 1, 2 + self.num_perm - agree)
         w = w + np.where(agree >= sure, 0, self.num_perm + 2)
-        forest = minimum_spanning_tree(coo_matrix((w.astype(np.float64), (lo, hi)),
-                                                  shape=shape).tocsr()).tocoo()
+        forest = minimum_spanning_tree(
+            coo_matrix((w.astype(np.float64), (lo, hi)), shape=shape).tocsr()
+        ).tocoo()
         f_lo, f_hi = np.minimum(forest.row, forest.col), np.maximum(forest.row, forest.col)
         f_sure = agree[np.searchsorted(edge, f_lo.astype(np.int64) * len(names) + f_hi)] >= sure
         for i, j, is_sure in zip(f_lo.tolist(), f_hi.tolist(), f_sure.tolist(), strict=True):
@@ -319,8 +341,9 @@ class ShingleSets:
     max_chars: int
     shingles: ShingleConfig
 
-    def __call__(self, file_index: int, requests: Iterator[tuple]
-                 ) -> Iterator[tuple[tuple[str, str], int, np.ndarray]]:
+    def __call__(
+        self, file_index: int, requests: Iterator[tuple]
+    ) -> Iterator[tuple[tuple[str, str], int, np.ndarray]]:
         wanted: dict[int, list[tuple[tuple[str, str], int]]] = {}
         for _file, record, pair, side in requests:
             wanted.setdefault(record, []).append((pair, side))
@@ -333,8 +356,10 @@ class ShingleSets:
             if doc.record_index >= last:
                 break
         for start in range(0, len(texts), BATCH_DOCS):
-            hashes = batch_shingle_hashes(texts[start: start + BATCH_DOCS], self.shingles)
-            for doc_pairs, doc_hashes in zip(pairs[start: start + BATCH_DOCS], hashes, strict=True):
+            hashes = batch_shingle_hashes(texts[start : start + BATCH_DOCS], self.shingles)
+            for doc_pairs, doc_hashes in zip(
+                pairs[start : start + BATCH_DOCS], hashes, strict=True
+            ):
                 unique = np.sort(doc_hashes)  # np.unique is 5x slower on these
                 unique = unique[np.concatenate([[True], unique[1:] != unique[:-1]])]
                 for pair, side in doc_pairs:
@@ -350,8 +375,10 @@ class ExactJaccard:
     def __call__(self, pair: tuple[str, str], items: Iterator[tuple]) -> Iterator[dict]:
         sets = {side: hashes for _pair, side, hashes in items}
         if len(sets) != 2:
-            raise ValueError(f"exact check of {pair!r} found {len(sets)} of its 2 documents "
-                             "(were the input files changed during the run?)")
+            raise ValueError(
+                f"exact check of {pair!r} found {len(sets)} of its 2 documents "
+                "(were the input files changed during the run?)"
+            )
         inter = len(np.intersect1d(sets[0], sets[1], assume_unique=True))
         union = len(sets[0]) + len(sets[1]) - inter
         counters.increment("dedup/fuzzy/exact_checked")
@@ -378,12 +405,19 @@ def _pairs_within(starts: np.ndarray, sizes: np.ndarray) -> Iterator[tuple[np.nd
             iu, ju = np.triu_indices(size, 1)
             step = max(1, PAIR_BLOCK // per_group)
             for k in range(0, len(group_starts), step):
-                base = group_starts[k: k + step, None]
+                base = group_starts[k : k + step, None]
                 yield (base + iu).reshape(-1), (base + ju).reshape(-1)
             continue
         for base in group_starts.tolist():
             rows = max(1, PAIR_BLOCK // size)
             for r0 in range(0, size - 1, rows):
-                a = np.concatenate([np.full(size - 1 - r, base + r) for r in range(r0, min(size - 1, r0 + rows))])
-                b = np.concatenate([np.arange(base + r + 1, base + size) for r in range(r0, min(size - 1, r0 + rows))])
+                a = np.concatenate(
+                    [np.full(size - 1 - r, base + r) for r in range(r0, min(size - 1, r0 + rows))]
+                )
+                b = np.concatenate(
+                    [
+                        np.arange(base + r + 1, base + size)
+                        for r in range(r0, min(size - 1, r0 + rows))
+                    ]
+                )
                 yield a, b

@@ -40,14 +40,14 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
     h = seed & _MASK
     nblocks = len(data) // 4
     for i in range(nblocks):
-        k = int.from_bytes(data[4 * i: 4 * i + 4], "little")
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
         k = (k * _C1) & _MASK
         k = _rotl32(k, 15)
         k = (k * _C2) & _MASK
         h ^= k
         h = _rotl32(h, 13)
         h = (h * 5 + 0xE6546B64) & _MASK
-    tail = data[4 * nblocks:]
+    tail = data[4 * nblocks :]
     k = 0
     if len(tail) >= 3:
         k ^= tail[2] << 16
@@ -102,7 +102,7 @@ def murmur3_windows(codepoints: np.ndarray, n: int) -> np.ndarray:
     cps = codepoints.astype(np.uint32, copy=False)
     h = np.zeros(count, dtype=np.uint32)
     for j in range(n):
-        h = _mix_block(h, cps[j: j + count])
+        h = _mix_block(h, cps[j : j + count])
     h ^= np.uint32((4 * n) & _MASK)
     return fmix32(h)
 

@@ -51,8 +51,9 @@ def _false_negative_area(threshold: float, b: int, r: int) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def optimal_param(threshold: float, num_perm: int,
-                  weights: tuple[float, float] = (0.5, 0.5)) -> tuple[int, int]:
+def optimal_param(
+    threshold: float, num_perm: int, weights: tuple[float, float] = (0.5, 0.5)
+) -> tuple[int, int]:
     """`(bands, rows)` for a Jaccard threshold, as datasketch's `MinHashLSH` picks them."""
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], got {threshold}")
@@ -61,8 +62,10 @@ def optimal_param(threshold: float, num_perm: int,
     opt = (0, 0)
     for b in range(1, num_perm + 1):
         for r in range(1, int(num_perm / b) + 1):
-            error = (_false_positive_area(threshold, b, r) * fp_weight
-                     + _false_negative_area(threshold, b, r) * fn_weight)
+            error = (
+                _false_positive_area(threshold, b, r) * fp_weight
+                + _false_negative_area(threshold, b, r) * fn_weight
+            )
             if error < min_error:
                 min_error = error
                 opt = (b, r)
@@ -75,17 +78,22 @@ class LSHParams:
     rows: int
 
     @classmethod
-    def resolve(cls, num_perm: int, threshold: float, bands: int | None = None,
-                rows: int | None = None) -> LSHParams:
+    def resolve(
+        cls, num_perm: int, threshold: float, bands: int | None = None, rows: int | None = None
+    ) -> LSHParams:
         """Given bands and rows, checked; else chosen from `threshold`."""
         if (bands is None) != (rows is None):
-            raise ValueError("give both bands and rows, or neither (they are then chosen "
-                             f"from threshold={threshold}); got bands={bands}, rows={rows}")
+            raise ValueError(
+                "give both bands and rows, or neither (they are then chosen "
+                f"from threshold={threshold}); got bands={bands}, rows={rows}"
+            )
         if bands is None:
             bands, rows = optimal_param(float(threshold), num_perm)
         if bands < 1 or rows < 1 or bands * rows > num_perm:
-            raise ValueError(f"bands={bands} x rows={rows} must be positive and use at most "
-                             f"num_perm={num_perm} signature values")
+            raise ValueError(
+                f"bands={bands} x rows={rows} must be positive and use at most "
+                f"num_perm={num_perm} signature values"
+            )
         return cls(bands, rows)
 
 
@@ -117,16 +125,19 @@ def band_hashes(signatures: np.ndarray, params: LSHParams) -> np.ndarray:
     return out
 
 
-def write_signatures(path: str, ids: Sequence[Any], signatures: np.ndarray,
-                     meta: dict[str, Any]) -> None:
+def write_signatures(
+    path: str, ids: Sequence[Any], signatures: np.ndarray, meta: dict[str, Any]
+) -> None:
     """A saved signature set (Parquet, atomic)."""
     sigs = np.ascontiguousarray(signatures, dtype=np.uint32)
     num_perm = sigs.shape[1] if sigs.ndim == 2 else int(meta["num_perm"])
     values = pa.array(sigs.reshape(-1), type=pa.uint32())
-    table = pa.table({
-        "id": pa.array([str(i) for i in ids], pa.string()),
-        "signature": pa.FixedSizeListArray.from_arrays(values, num_perm),
-    })
+    table = pa.table(
+        {
+            "id": pa.array([str(i) for i in ids], pa.string()),
+            "signature": pa.FixedSizeListArray.from_arrays(values, num_perm),
+        }
+    )
     table = table.replace_schema_metadata({_META_KEY: json.dumps(meta, sort_keys=True).encode()})
     with fs.atomic_write(path, "wb") as f:
         pq.write_table(table, f)
@@ -156,12 +167,16 @@ def read_signatures(paths: str | Iterable[str]) -> tuple[list[Any], np.ndarray, 
             table = pq.read_table(f)
         raw = (table.schema.metadata or {}).get(_META_KEY)
         if raw is None:
-            raise ValueError(f"{path}: not a dupekit signature file (no '{_META_KEY.decode()}' "
-                             "schema metadata); write it with write_signatures")
+            raise ValueError(
+                f"{path}: not a dupekit signature file (no '{_META_KEY.decode()}' "
+                "schema metadata); write it with write_signatures"
+            )
         this_meta = json.loads(raw)
         if meta is not None and this_meta != meta:
-            raise ValueError(f"{path}: MinHash parameters {this_meta} differ from the other "
-                             f"files' {meta}; signatures of different parameters cannot be mixed")
+            raise ValueError(
+                f"{path}: MinHash parameters {this_meta} differ from the other "
+                f"files' {meta}; signatures of different parameters cannot be mixed"
+            )
         meta = this_meta
         ids.extend(table.column("id").to_pylist())
         column = table.column("signature").combine_chunks()
@@ -173,8 +188,11 @@ def read_signatures(paths: str | Iterable[str]) -> tuple[list[Any], np.ndarray, 
     return ids, sigs, meta
 
 
-def load_minhash_lsh(paths: str | Iterable[str], threshold: float | None = None,
-                     params: tuple[int, int] | None = None):  # -> datasketch.MinHashLSH
+def load_minhash_lsh(
+    paths: str | Iterable[str],
+    threshold: float | None = None,
+    params: tuple[int, int] | None = None,
+):  # -> datasketch.MinHashLSH
     """A datasketch `MinHashLSH` holding a saved signature set.
 
     Without `threshold` or `params` the index uses the bands and rows the set
@@ -189,11 +207,13 @@ def load_minhash_lsh(paths: str | Iterable[str], threshold: float | None = None,
     if threshold is not None:
         lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, params=params)
     else:
-        lsh = MinHashLSH(num_perm=num_perm,
-                         params=params or (int(meta["bands"]), int(meta["rows"])))
+        lsh = MinHashLSH(
+            num_perm=num_perm, params=params or (int(meta["bands"]), int(meta["rows"]))
+        )
     perms = np.array(permutations(num_perm, seed))
     with lsh.insertion_session() as session:
         for doc_id, sig in zip(ids, sigs, strict=True):
-            session.insert(doc_id, MinHash(seed=seed, hashvalues=sig, permutations=perms,
-                                           scheme="affine32"))
+            session.insert(
+                doc_id, MinHash(seed=seed, hashvalues=sig, permutations=perms, scheme="affine32")
+            )
     return lsh

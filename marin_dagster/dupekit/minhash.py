@@ -103,7 +103,7 @@ class MinHasher:
         for width, members in sorted(buckets.items()):
             per_batch = max(1, BATCH_HASHES // width)
             for start in range(0, len(members), per_batch):
-                rows = members[start: start + per_batch]
+                rows = members[start : start + per_batch]
                 # One batch size per width, so a width compiles once; padding a
                 # short last batch costs at most BATCH_HASHES hashes of work.
                 batch = per_batch
@@ -111,11 +111,15 @@ class MinHasher:
                 for r, i in enumerate(rows):
                     hashes = np.asarray(hash_arrays[i], dtype=np.uint32)
                     block[r, : len(hashes)] = hashes
-                    block[r, len(hashes):] = hashes[0]
+                    block[r, len(hashes) :] = hashes[0]
                 # Rows past the documents repeat the first one; dropped below.
-                block[len(rows):] = block[0]
-                result = _signature_kernel(jnp.asarray(block), self._a, self._b,
-                                           chunk=_chunk_for(batch, width, self.num_perm))
+                block[len(rows) :] = block[0]
+                result = _signature_kernel(
+                    jnp.asarray(block),
+                    self._a,
+                    self._b,
+                    chunk=_chunk_for(batch, width, self.num_perm),
+                )
                 out[rows] = np.asarray(result)[: len(rows)]
         return out
 
@@ -123,8 +127,13 @@ class MinHasher:
         """A datasketch `MinHash` holding `signature` (for `MinHashLSH` and `jaccard`)."""
         from datasketch import MinHash
 
-        return MinHash(num_perm=self.num_perm, seed=self.seed, hashvalues=signature,
-                       permutations=(self.a_host, self.b_host), scheme="affine32")
+        return MinHash(
+            num_perm=self.num_perm,
+            seed=self.seed,
+            hashvalues=signature,
+            permutations=(self.a_host, self.b_host),
+            scheme="affine32",
+        )
 
 
 def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:

@@ -94,8 +94,13 @@ class WriteOutputs:
     attributes_dir: str
 
     def __call__(self, source: SourceFile) -> dict[str, Any]:
-        counts = {"documents": 0, "duplicates": 0, "paragraphs_removed": 0,
-                  "chars_removed": 0, "documents_emptied": 0}
+        counts = {
+            "documents": 0,
+            "duplicates": 0,
+            "paragraphs_removed": 0,
+            "chars_removed": 0,
+            "documents_emptied": 0,
+        }
         marks = _marks_by_record(marks_path(self.marks_dir, source.index))
         pending = next(marks, None)
         documents_path = fs.join(self.documents_dir, source.relative)
@@ -119,30 +124,41 @@ class WriteOutputs:
                     yield record
 
         # Both files stream side by side; each appears only once complete.
-        with fs.atomic_write(attributes_path, "wb") as raw, \
-                gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=1,
-                              mtime=0) as attributes:
+        with (
+            fs.atomic_write(attributes_path, "wb") as raw,
+            gzip.GzipFile(
+                filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0
+            ) as attributes,
+        ):
             kept = write_jsonl(documents_path, docs(attributes))
             if pending is not None:
-                raise ValueError(f"{source.path}: marks name record {pending[0]}, which the file "
-                                 "does not have; was the input changed during the run?")
+                raise ValueError(
+                    f"{source.path}: marks name record {pending[0]}, which the file "
+                    "does not have; was the input changed during the run?"
+                )
         counts["kept"] = kept.records
         counters.increment("dedup/document/total", counts["documents"])
         counters.increment("dedup/document/duplicates", counts["duplicates"])
         if self.mode == "paragraph":
             counters.increment("dedup/paragraph/duplicates", counts["paragraphs_removed"])
-        return {"file": source.relative, "documents_file": documents_path,
-                "attributes_file": attributes_path, **counts}
+        return {
+            "file": source.relative,
+            "documents_file": documents_path,
+            "attributes_file": attributes_path,
+            **counts,
+        }
 
-    def _document(self, record: dict, doc_id: Any, mine: list[dict], counts: dict
-                  ) -> tuple[dict | None, dict]:
+    def _document(
+        self, record: dict, doc_id: Any, mine: list[dict], counts: dict
+    ) -> tuple[dict | None, dict]:
         if mine:
             counts["duplicates"] += 1
             return None, {"id": doc_id, "duplicate": True, "cluster_id": key_id(mine[0]["cluster"])}
         return record, {"id": doc_id, "duplicate": False, "cluster_id": doc_id}
 
-    def _paragraphs(self, record: dict, doc_id: Any, text: str, mine: list[dict], counts: dict
-                    ) -> tuple[dict | None, dict]:
+    def _paragraphs(
+        self, record: dict, doc_id: Any, text: str, mine: list[dict], counts: dict
+    ) -> tuple[dict | None, dict]:
         spans = [m["span"] for m in mine]
         attrs = {"id": doc_id, "duplicate_spans": spans}
         if not spans:

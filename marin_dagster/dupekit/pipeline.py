@@ -98,8 +98,9 @@ class DedupConfig:
         from marin_dagster.dupekit.lsh import optimal_param
 
         if self.bands is None and self.rows is None:
-            return LSHParams(*optimal_param(float(self.threshold), self.num_perm,
-                                            tuple(self.lsh_weights)))
+            return LSHParams(
+                *optimal_param(float(self.threshold), self.num_perm, tuple(self.lsh_weights))
+            )
         return LSHParams.resolve(self.num_perm, self.threshold, self.bands, self.rows)
 
 
@@ -181,61 +182,110 @@ def deduplicate(
     try:
         counts_extra, counters = _find_duplicates(config, sources, output_path, work, shards, ctx)
         marks_dir = fs.join(work, "marks")
-        writer = WriteOutputs(config.mode, config.text_key, config.id_key, marks_dir,
-                              fs.join(output_path, "documents"), fs.join(output_path, "attributes"))
+        writer = WriteOutputs(
+            config.mode,
+            config.text_key,
+            config.id_key,
+            marks_dir,
+            fs.join(output_path, "documents"),
+            fs.join(output_path, "attributes"),
+        )
         final = ctx.execute(Dataset.from_list(sources).reshard(len(sources)).map(writer))
     finally:
         if own_context:
             zephyr_ctx.shutdown()
     per_file = sorted(final.results, key=lambda r: r["file"])
-    counters.update({k: v for k, v in final.counters.as_dict().items()
-                     if k.startswith("dedup/") and not k.endswith(("/max", "/min", "/mean"))})
+    counters.update(
+        {
+            k: v
+            for k, v in final.counters.as_dict().items()
+            if k.startswith("dedup/") and not k.endswith(("/max", "/min", "/mean"))
+        }
+    )
     # Through JSON, so the returned counts equal counts.json (tuples become lists).
     counts = json.loads(json.dumps(_summarize(config, per_file, counters, counts_extra)))
     fs.remove(work, recursive=True)
     fs.write_json(fs.join(output_path, "counts.json"), counts)
     logger.info("dedup %s of %d files: %s", config.mode, len(sources), counts["document"])
-    return DedupResult(output_path, counts, [r["documents_file"] for r in per_file],
-                       [r["attributes_file"] for r in per_file], counters)
+    return DedupResult(
+        output_path,
+        counts,
+        [r["documents_file"] for r in per_file],
+        [r["attributes_file"] for r in per_file],
+        counters,
+    )
 
 
-def _find_duplicates(config: DedupConfig, sources: list, output_path: str, work: str,
-                     shards: int, ctx: _LoggedContext) -> tuple[dict, dict[str, float]]:
+def _find_duplicates(
+    config: DedupConfig,
+    sources: list,
+    output_path: str,
+    work: str,
+    shards: int,
+    ctx: _LoggedContext,
+) -> tuple[dict, dict[str, float]]:
     """Stages 1-2: writes `{work}/marks/file-*.jsonl.gz`; returns extra counts and counters."""
     files = Dataset.from_list(sources).reshard(len(sources))
     write_marks = WriteMarks(fs.join(work, "marks"))
     counters: dict[str, float] = {}
 
     def keep(result_counters: dict[str, float]) -> None:
-        counters.update({k: v for k, v in result_counters.items() if k.startswith("dedup/")
-                         and not k.endswith(("/max", "/min", "/mean"))})
+        counters.update(
+            {
+                k: v
+                for k, v in result_counters.items()
+                if k.startswith("dedup/") and not k.endswith(("/max", "/min", "/mean"))
+            }
+        )
 
     extra: dict[str, Any] = {}
     if config.mode in ("exact", "paragraph"):
         if config.mode == "exact":
-            hashes = files.flat_map(DocumentHashes(config.text_key, config.id_key, config.max_chars))
+            hashes = files.flat_map(
+                DocumentHashes(config.text_key, config.id_key, config.max_chars)
+            )
             reducer = first_of_document_group
         else:
-            hashes = files.flat_map(ParagraphHashes(config.text_key, config.id_key, config.max_chars))
+            hashes = files.flat_map(
+                ParagraphHashes(config.text_key, config.id_key, config.max_chars)
+            )
             reducer = first_of_paragraph_group
-        keep(ctx.execute(
-            hashes.group_by(key=hash_of, reducer=reducer, num_output_shards=shards)
-            .group_by(key=file_of, reducer=write_marks, sort_by=mark_order,
-                      num_output_shards=shards)).counters.as_dict())
+        keep(
+            ctx.execute(
+                hashes.group_by(key=hash_of, reducer=reducer, num_output_shards=shards).group_by(
+                    key=file_of, reducer=write_marks, sort_by=mark_order, num_output_shards=shards
+                )
+            ).counters.as_dict()
+        )
         return extra, counters
 
     # Imported here: fuzzy stages need JAX, exact ones do not.
     from marin_dagster.dupekit.fuzzy import BandRecords, BucketLinks, FuzzySettings, partition_of
 
     lsh = config.lsh_params()
-    settings = FuzzySettings(ShingleConfig(config.shingle, config.ngram), config.num_perm,
-                             config.seed, lsh, config.threshold, config.verify)
-    bands = files.flat_map(BandRecords(config.text_key, config.id_key, config.max_chars, settings,
-                                       fs.join(output_path, "signatures"),
-                                       config.bucket_partitions))
-    links = bands.group_by(key=partition_of, reducer=BucketLinks(
-        config.verify, config.threshold, config.num_perm, config.verify_margin),
-        num_output_shards=shards)
+    settings = FuzzySettings(
+        ShingleConfig(config.shingle, config.ngram),
+        config.num_perm,
+        config.seed,
+        lsh,
+        config.threshold,
+        config.verify,
+    )
+    bands = files.flat_map(
+        BandRecords(
+            config.text_key,
+            config.id_key,
+            config.max_chars,
+            settings,
+            fs.join(output_path, "signatures"),
+            config.bucket_partitions,
+        )
+    )
+    links = bands.group_by(
+        key=partition_of,
+        reducer=BucketLinks(config.verify, config.threshold, config.num_perm, config.verify_margin),
+        num_output_shards=shards,
+    )
     fs.remove(fs.join(output_path, "links"), recursive=True)
     cc_dir = fs.join(work, "cc")
     graph = build_nodes(links, ctx, cc_dir, shards)
@@ -243,24 +293,38 @@ def _find_duplicates(config: DedupConfig, sources: list, output_path: str, work:
     if graph.first_counters.get("dedup/fuzzy/doubtful_ends", 0):
         keep(_check_doubtful_links(config, sources, graph, shards, ctx))
     components = propagate_labels(graph, ctx, cc_dir, shards, config.cc_max_iterations)
-    extra["fuzzy"] = {"bands": lsh.bands, "rows": lsh.rows, "cc_iterations": components.iterations,
-                      "linked_documents": 0, "linked_pairs": 0}
+    extra["fuzzy"] = {
+        "bands": lsh.bands,
+        "rows": lsh.rows,
+        "cc_iterations": components.iterations,
+        "linked_documents": 0,
+        "linked_pairs": 0,
+    }
     if config.verify:
         extra["fuzzy"]["exact_checked"] = int(counters.get("dedup/fuzzy/exact_checked", 0))
         extra["fuzzy"]["exact_rejected"] = int(counters.get("dedup/fuzzy/exact_rejected", 0))
     if components.nodes:
         nodes = Dataset.from_files(components.node_files).load_jsonl()
-        pairs = ctx.execute(nodes.flat_map(_links_as_pairs).write_jsonl(
-            fs.join(output_path, "links", "part-{shard:05d}-of-{total:05d}.jsonl.gz")))
+        pairs = ctx.execute(
+            nodes.flat_map(_links_as_pairs).write_jsonl(
+                fs.join(output_path, "links", "part-{shard:05d}-of-{total:05d}.jsonl.gz")
+            )
+        )
         extra["fuzzy"]["linked_pairs"] = int(pairs.counters["records_written"])
-        extra["fuzzy"]["linked_documents"] = int(pairs.counters.get("dedup/fuzzy/linked_documents", 0))
-        ctx.execute(nodes.flat_map(_node_mark).group_by(
-            key=file_of, reducer=write_marks, sort_by=mark_order, num_output_shards=shards))
+        extra["fuzzy"]["linked_documents"] = int(
+            pairs.counters.get("dedup/fuzzy/linked_documents", 0)
+        )
+        ctx.execute(
+            nodes.flat_map(_node_mark).group_by(
+                key=file_of, reducer=write_marks, sort_by=mark_order, num_output_shards=shards
+            )
+        )
     return extra, counters
 
 
-def _check_doubtful_links(config: DedupConfig, sources: list, graph: ComponentsResult,
-                          shards: int, ctx: _LoggedContext) -> dict[str, float]:
+def _check_doubtful_links(
+    config: DedupConfig, sources: list, graph: ComponentsResult, shards: int, ctx: _LoggedContext
+) -> dict[str, float]:
     """Rereads both documents of each doubtful link and adds the links whose exact Jaccard holds.
 
     The links that hold are written beside the graph's node files, which adds
@@ -274,10 +338,16 @@ def _check_doubtful_links(config: DedupConfig, sources: list, graph: ComponentsR
         pair_of,
     )
 
-    reread = ShingleSets(tuple(sources), config.text_key, config.id_key, config.max_chars,
-                         ShingleConfig(config.shingle, config.ngram))
+    reread = ShingleSets(
+        tuple(sources),
+        config.text_key,
+        config.id_key,
+        config.max_chars,
+        ShingleConfig(config.shingle, config.ngram),
+    )
     return ctx.execute(
-        Dataset.from_files(graph.node_files).load_jsonl()
+        Dataset.from_files(graph.node_files)
+        .load_jsonl()
         .flat_map(doubtful_ends)
         .group_by(key=file_of_request, reducer=reread, num_output_shards=shards)
         .group_by(key=pair_of, reducer=ExactJaccard(config.threshold), num_output_shards=shards)
@@ -285,8 +355,9 @@ def _check_doubtful_links(config: DedupConfig, sources: list, graph: ComponentsR
     ).counters.as_dict()
 
 
-def _summarize(config: DedupConfig, per_file: list[dict], counters: dict[str, float],
-               extra: dict[str, Any]) -> dict[str, Any]:
+def _summarize(
+    config: DedupConfig, per_file: list[dict], counters: dict[str, float], extra: dict[str, Any]
+) -> dict[str, Any]:
     def total(name: str) -> int:
         return int(sum(r[name] for r in per_file))
 
@@ -294,9 +365,12 @@ def _summarize(config: DedupConfig, per_file: list[dict], counters: dict[str, fl
         return int(counters.get(name, 0))
 
     documents = total("documents")
-    document = {"total": documents, "kept": total("kept"),
-                "passed_through": counter("dedup/document/passed_through"),
-                "truncated": counter("dedup/document/truncated")}
+    document = {
+        "total": documents,
+        "kept": total("kept"),
+        "passed_through": counter("dedup/document/passed_through"),
+        "truncated": counter("dedup/document/truncated"),
+    }
     if config.mode == "paragraph":
         document["emptied"] = total("documents_emptied")
         document["duplicates"] = 0
@@ -304,13 +378,20 @@ def _summarize(config: DedupConfig, per_file: list[dict], counters: dict[str, fl
     else:
         document["duplicates"] = total("duplicates")
         document["unique"] = documents - document["duplicates"]
-    counts: dict[str, Any] = {"mode": config.mode, "config": asdict(config), "files": len(per_file),
-                              "document": document}
+    counts: dict[str, Any] = {
+        "mode": config.mode,
+        "config": asdict(config),
+        "files": len(per_file),
+        "document": document,
+    }
     if config.mode == "paragraph":
         paragraphs = counter("dedup/paragraph/total")
         duplicates = total("paragraphs_removed")
-        counts["paragraph"] = {"total": paragraphs, "duplicates": duplicates,
-                               "unique": paragraphs - duplicates,
-                               "chars_removed": total("chars_removed")}
+        counts["paragraph"] = {
+            "total": paragraphs,
+            "duplicates": duplicates,
+            "unique": paragraphs - duplicates,
+            "chars_removed": total("chars_removed"),
+        }
     counts.update(extra)
     return counts

@@ -24,8 +24,17 @@ from marin_dagster.zephyr.readers import Cursor, iter_jsonl
 
 _INT_OFFSET = 1 << 63
 _SEP = "\x00"
-SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst",
-                      ".ndjson", ".ndjson.gz", ".ndjson.zst")
+SUPPORTED_SUFFIXES = (
+    ".jsonl",
+    ".jsonl.gz",
+    ".jsonl.zst",
+    ".json",
+    ".json.gz",
+    ".json.zst",
+    ".ndjson",
+    ".ndjson.gz",
+    ".ndjson.zst",
+)
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,9 @@ def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
         if any(c in source_files for c in "*?["):
             matched = sorted(filesystem.glob(fs_path))
             protocol = source_files.split("://", 1)[0] + "://" if "://" in source_files else ""
-            paths = [protocol + p if protocol and not p.startswith(protocol) else p for p in matched]
+            paths = [
+                protocol + p if protocol and not p.startswith(protocol) else p for p in matched
+            ]
             if not paths:
                 raise FileNotFoundError(f"no input files match {source_files!r}")
         else:
@@ -54,15 +65,21 @@ def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
     if not paths:
         raise ValueError("deduplicate needs at least one input file")
     if len(set(paths)) != len(paths):
-        raise ValueError(f"input files are listed twice: {sorted({p for p in paths if paths.count(p) > 1})}")
+        raise ValueError(
+            f"input files are listed twice: {sorted({p for p in paths if paths.count(p) > 1})}"
+        )
     for p in paths:
         if not p.lower().endswith(SUPPORTED_SUFFIXES):
-            raise ValueError(f"{p}: dedup reads JSON lines files ({', '.join(SUPPORTED_SUFFIXES)}); "
-                             "convert the input to JSONL first")
+            raise ValueError(
+                f"{p}: dedup reads JSON lines files ({', '.join(SUPPORTED_SUFFIXES)}); "
+                "convert the input to JSONL first"
+            )
     local = [p.split("://", 1)[-1] for p in paths]
     root = os.path.dirname(local[0]) if len(local) == 1 else os.path.commonpath(local)
-    return [SourceFile(i, p, os.path.relpath(lp, root) if root else lp)
-            for i, (p, lp) in enumerate(zip(paths, local, strict=True))]
+    return [
+        SourceFile(i, p, os.path.relpath(lp, root) if root else lp)
+        for i, (p, lp) in enumerate(zip(paths, local, strict=True))
+    ]
 
 
 def node_key(doc_id: int | str, file_index: int, record_index: int) -> str:
@@ -83,7 +100,7 @@ def key_id(key: str) -> int | str:
 
 def key_position(key: str) -> tuple[int, int]:
     """`(file index, record index)` of a node key."""
-    tail = key[key.rindex(_SEP) + 1:]
+    tail = key[key.rindex(_SEP) + 1 :]
     return int(tail[:8], 16), int(tail[8:], 16)
 
 
@@ -106,18 +123,24 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
     for index, record in enumerate(iter_jsonl(source.path, cursor)):
         where = f"{source.path}: line {cursor.line}: record {index}"
         if not isinstance(record, dict):
-            raise ValueError(f"{where} is a JSON {type(record).__name__}, not an object; "
-                             "each line must be one document object")
+            raise ValueError(
+                f"{where} is a JSON {type(record).__name__}, not an object; "
+                "each line must be one document object"
+            )
         text = record.get(text_key)
         if not isinstance(text, str):
             what = "has no" if text is None else f"has a {type(text).__name__} in its"
-            raise ValueError(f"{where} {what} {text_key!r} field; pass text_key=... naming "
-                             "the field that holds the document text")
+            raise ValueError(
+                f"{where} {what} {text_key!r} field; pass text_key=... naming "
+                "the field that holds the document text"
+            )
         doc_id = record.get(id_key)
         if doc_id is None:
             doc_id = f"{source.relative}#{index}"
             record = {**record, id_key: doc_id}
         elif isinstance(doc_id, bool) or not isinstance(doc_id, int | str):
-            raise ValueError(f"{where}: field {id_key!r} is a {type(doc_id).__name__} "
-                             f"({doc_id!r}); ids must be strings or integers")
+            raise ValueError(
+                f"{where}: field {id_key!r} is a {type(doc_id).__name__} "
+                f"({doc_id!r}); ids must be strings or integers"
+            )
         yield SourceDoc(index, record, doc_id, text, node_key(doc_id, source.index, index))

@@ -43,9 +43,9 @@ def shingle_strings(text: str, config: ShingleConfig) -> list[str]:
     """The document's shingles as strings, in order, repeats included."""
     norm = normalize_for_shingles(text)
     if config.kind == "char":
-        return [norm[i: i + config.n] for i in range(len(norm) - config.n + 1)]
+        return [norm[i : i + config.n] for i in range(len(norm) - config.n + 1)]
     words = norm.split(" ") if norm else []
-    return [" ".join(words[i: i + config.n]) for i in range(len(words) - config.n + 1)]
+    return [" ".join(words[i : i + config.n]) for i in range(len(words) - config.n + 1)]
 
 
 def shingle_hashes(text: str, config: ShingleConfig) -> np.ndarray:
@@ -64,7 +64,7 @@ def shingle_hashes(text: str, config: ShingleConfig) -> np.ndarray:
     # A word shingle is a contiguous run of the normalized text: from the
     # start of its first word to the end of its last.
     starts = word_starts[:count]
-    lengths = word_ends[config.n - 1:] - starts
+    lengths = word_ends[config.n - 1 :] - starts
     return murmur3_segments(cps, starts, lengths)
 
 
@@ -77,7 +77,7 @@ def batch_shingle_hashes(texts: list[str], config: ShingleConfig) -> list[np.nda
         all_hashes = murmur3_windows(cps, n)
         for i in range(len(texts)):
             start, end = int(offsets[i]), int(offsets[i + 1])
-            out.append(all_hashes[start: max(start, end - n + 1)])
+            out.append(all_hashes[start : max(start, end - n + 1)])
         return out
     # Words: boundaries are spaces and text ends; a shingle spans n words of one text.
     is_space = cps == 32
@@ -88,7 +88,7 @@ def batch_shingle_hashes(texts: list[str], config: ShingleConfig) -> list[np.nda
     word_doc = np.searchsorted(offsets, starts, side="right") - 1
     count = len(starts) - n + 1
     if count > 0:
-        same = word_doc[:count] == word_doc[n - 1:]
+        same = word_doc[:count] == word_doc[n - 1 :]
         first = np.flatnonzero(same)
         hashes = murmur3_segments(cps, starts[first], ends[first + n - 1] - starts[first])
         shingle_doc = word_doc[first]
@@ -96,7 +96,7 @@ def batch_shingle_hashes(texts: list[str], config: ShingleConfig) -> list[np.nda
         hashes = np.zeros(0, np.uint32)
         shingle_doc = np.zeros(0, np.int64)
     bounds = np.searchsorted(shingle_doc, np.arange(len(texts) + 1), side="left")
-    return [hashes[bounds[i]: bounds[i + 1]] for i in range(len(texts))]
+    return [hashes[bounds[i] : bounds[i + 1]] for i in range(len(texts))]
 
 
 def shingle_hash_set(text: str, config: ShingleConfig) -> set[int]:

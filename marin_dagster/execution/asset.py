@@ -82,7 +82,8 @@ def check_name(name: str) -> str:
             f"asset name {name!r} is not allowed: a name is parts of letters, digits, '_', '-' and "
             "'.' joined by '/' (e.g. 'tokenized/shakespeare'), with no empty, '.' or '..' part and "
             "no leading '/', because it becomes the output path {prefix}/{name}-{version}"
-            + (f"; offending part(s): {bad}" if bad else ""))
+            + (f"; offending part(s): {bad}" if bad else "")
+        )
     return name
 
 
@@ -95,8 +96,9 @@ def _defined_at() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        factory = module == "assets" or (module.startswith("assets.")
-                                         and not module.startswith("assets.experiments"))
+        factory = module == "assets" or (
+            module.startswith("assets.") and not module.startswith("assets.experiments")
+        )
         if not (module.startswith("marin_dagster.") or factory):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
@@ -124,7 +126,8 @@ class DuplicateAssetError(ValueError):
             f"asset {first.name!r} is defined twice with different configs{where}: at "
             f"{first.defined_at} (version {first.version}) and at {second.defined_at} (version "
             f"{second.version}). One name is one output; rename one of them, or reuse one "
-            "definition in both places")
+            "definition in both places"
+        )
 
 
 def register_step(step: Step) -> None:
@@ -190,8 +193,12 @@ def metadata_to_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def metadata_from_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    makers = {"md": dg.MetadataValue.md, "path": dg.MetadataValue.path,
-              "url": dg.MetadataValue.url, "json": dg.MetadataValue.json}
+    makers = {
+        "md": dg.MetadataValue.md,
+        "path": dg.MetadataValue.path,
+        "url": dg.MetadataValue.url,
+        "json": dg.MetadataValue.json,
+    }
     out = {}
     for key, value in metadata.items():
         if isinstance(value, dict) and value.get("__metadata__") in makers:
@@ -239,8 +246,9 @@ def versioned_asset(
     step_config = config
     key = asset_key(name)
     upstream_steps = {role: step_for(asset) for role, asset in (upstream or {}).items()}
-    version = compute_version(kind, config, {role: s.version for role, s in upstream_steps.items()},
-                              label=label)
+    version = compute_version(
+        kind, config, {role: s.version for role, s in upstream_steps.items()}, label=label
+    )
 
     def compute(context: dg.AssetExecutionContext, config: StepRunConfig) -> dg.MaterializeResult:
         storage = context.resources.storage
@@ -255,8 +263,13 @@ def versioned_asset(
             return metadata_to_json(run(step_config, inputs, path, step) or {})
 
         outcome = execute_step(
-            output_path, version, work, force=force, lease=storage.lease_settings(),
-            run_id=run_id, log=context.log,
+            output_path,
+            version,
+            work,
+            force=force,
+            lease=storage.lease_settings(),
+            run_id=run_id,
+            log=context.log,
         )
         files = outcome.manifest.get("files", {})
         return dg.MaterializeResult(

@@ -48,7 +48,8 @@ def ensure_home(home: str | None = None) -> str:
         where = f" ({e.filename})" if e.filename and os.fspath(e.filename) != home else ""
         error = DagsterHomeError(
             f"cannot create the Dagster home {home}: {e.strerror or e}{where}; "
-            "give a folder you can write, e.g. `marin init ./.dagster`, or set DAGSTER_HOME to one")
+            "give a folder you can write, e.g. `marin init ./.dagster`, or set DAGSTER_HOME to one"
+        )
         error.errno = e.errno
         raise error from e
     return home
@@ -77,7 +78,7 @@ def process_start_time(pid: int) -> int | None:
     except OSError:
         return None
     # The command name, in parentheses, may itself hold spaces and parentheses.
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     try:
         return int(fields[19])
     except (IndexError, ValueError):
@@ -120,10 +121,12 @@ def fail_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
     """
     host = socket.gethostname()
     ended = []
-    runs = instance.get_runs(filters=dg.RunsFilter(
-        statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING],
-        tags={RUN_HOST_TAG: host},
-    ))
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING],
+            tags={RUN_HOST_TAG: host},
+        )
+    )
     for run in runs:
         try:
             pid = int(run.tags[RUN_PID_TAG])

@@ -67,8 +67,13 @@ def describe_holder(lock: dict[str, Any]) -> str:
 class Lease:
     """Hold with `with Lease(output_path, settings, run_id=...):` around the step's work."""
 
-    def __init__(self, output_path: str, settings: LeaseSettings | None = None, run_id: str | None = None,
-                 log: logging.Logger | Any = None):
+    def __init__(
+        self,
+        output_path: str,
+        settings: LeaseSettings | None = None,
+        run_id: str | None = None,
+        log: logging.Logger | Any = None,
+    ):
         self.path = fs.join(output_path, LOCK_FILE)
         # The run's own log (Dagster's, in a step), so a takeover shows where the user looks.
         self.log = log or logger
@@ -105,13 +110,15 @@ class Lease:
     # -- writing -----------------------------------------------------------
     def _record(self) -> bytes:
         now = time.time()
-        return json.dumps({
-            "token": self.token,
-            "run_id": self.run_id,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "heartbeat_at": now,
-        }).encode()
+        return json.dumps(
+            {
+                "token": self.token,
+                "run_id": self.run_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "heartbeat_at": now,
+            }
+        ).encode()
 
     def _create(self) -> bool:
         fsys, p = fs.url_to_fs(self.path)

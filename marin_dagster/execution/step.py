@@ -55,8 +55,9 @@ def _done(output_path: str, version: str) -> StatusRecord | None:
 
 def _skipped(output_path: str, record: StatusRecord) -> StepOutcome:
     manifest = fs.read_json_or_none(fs.join(output_path, MANIFEST_FILE)) or {"files": {}}
-    return StepOutcome(output_path, record.version, record.data_version or "", True,
-                       record.metadata, manifest)
+    return StepOutcome(
+        output_path, record.version, record.data_version or "", True, record.metadata, manifest
+    )
 
 
 def _clear(output_path: str) -> None:
@@ -101,13 +102,26 @@ def execute_step(
             manifest = build_manifest(output_path)
             fs.write_json(fs.join(output_path, MANIFEST_FILE), manifest)
             data_version = data_version_of(manifest)
-            write_status(output_path, StatusRecord(
-                StepStatus.SUCCESS, version, data_version=data_version, run_id=run_id, metadata=metadata,
-            ))
+            write_status(
+                output_path,
+                StatusRecord(
+                    StepStatus.SUCCESS,
+                    version,
+                    data_version=data_version,
+                    run_id=run_id,
+                    metadata=metadata,
+                ),
+            )
         except BaseException as e:
             if held.holds():  # never overwrite the status of the run that took over
-                write_status(output_path, StatusRecord(
-                    StepStatus.FAILED, version, run_id=run_id, error=f"{type(e).__name__}: {e}",
-                ))
+                write_status(
+                    output_path,
+                    StatusRecord(
+                        StepStatus.FAILED,
+                        version,
+                        run_id=run_id,
+                        error=f"{type(e).__name__}: {e}",
+                    ),
+                )
             raise
     return StepOutcome(output_path, version, data_version, False, metadata, manifest)

@@ -61,7 +61,9 @@ def versioned_fields(config: Any) -> dict[str, Any]:
         }
     if isinstance(config, Mapping):
         return {str(k): canonical(v) for k, v in config.items()}
-    raise TypeError(f"a step config must be a pydantic model, a dataclass or a mapping, not {type(config).__name__}")
+    raise TypeError(
+        f"a step config must be a pydantic model, a dataclass or a mapping, not {type(config).__name__}"
+    )
 
 
 def canonical(value: Any) -> Any:
@@ -93,8 +95,12 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def compute_version(kind: str, config: Any, upstream_versions: Mapping[str, str] | None = None,
-                    label: str | None = None) -> str:
+def compute_version(
+    kind: str,
+    config: Any,
+    upstream_versions: Mapping[str, str] | None = None,
+    label: str | None = None,
+) -> str:
     """sha256 of the step kind, its versioned config fields, its inputs' versions and the
     user's label if any; 8 hex."""
     payload: dict[str, Any] = {

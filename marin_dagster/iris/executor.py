@@ -108,8 +108,12 @@ def _dagster_field(f: dataclasses.Field, tp: Any) -> Field:
     inner, _ = unwrap_optional(tp)
     if dataclasses.is_dataclass(inner):  # defaults come from the nested fields
         return Field(_dagster_type(tp), is_required=False, description=description)
-    return Field(_dagster_type(tp), is_required=False, default_value=_plain_default(f),
-                 description=description)
+    return Field(
+        _dagster_type(tp),
+        is_required=False,
+        default_value=_plain_default(f),
+        description=description,
+    )
 
 
 def _plain_default(f: dataclasses.Field) -> Any:
@@ -190,7 +194,9 @@ class IrisStepHandler(StepHandler):
     def inventory(self) -> LocalInventory:
         if self._inventory is None:
             self._inventory = self._settings.inventory.local_inventory()
-            self._leases = DeviceLeases(self._inventory, self._settings.lease_dir or default_lease_dir())
+            self._leases = DeviceLeases(
+                self._inventory, self._settings.lease_dir or default_lease_dir()
+            )
         return self._inventory
 
     @property
@@ -203,7 +209,9 @@ class IrisStepHandler(StepHandler):
     def k8s(self) -> KubernetesLauncher:
         if self._k8s is None:
             batch, core = self._k8s_apis or (None, None)
-            self._k8s = KubernetesLauncher(self._settings.kubernetes, batch_api=batch, core_api=core)
+            self._k8s = KubernetesLauncher(
+                self._settings.kubernetes, batch_api=batch, core_api=core
+            )
         return self._k8s
 
     @staticmethod
@@ -258,11 +266,15 @@ class IrisStepHandler(StepHandler):
         ).records
         return sum(1 for r in records if r.event_log_entry.step_key == st.key)
 
-    def _event(self, st: _Step, message: str, metadata: Mapping[str, Any] | None = None) -> DagsterEvent:
+    def _event(
+        self, st: _Step, message: str, metadata: Mapping[str, Any] | None = None
+    ) -> DagsterEvent:
         return DagsterEvent.engine_event(
             st.context.get_step_context(st.key),
             message,
-            EngineEventData(metadata={k: MetadataValue.text(str(v)) for k, v in (metadata or {}).items()}),
+            EngineEventData(
+                metadata={k: MetadataValue.text(str(v)) for k, v in (metadata or {}).items()}
+            ),
         )
 
     # -- scheduling ---------------------------------------------------------------------------
@@ -279,7 +291,8 @@ class IrisStepHandler(StepHandler):
 
     def _running_cpu(self) -> int:
         return sum(
-            1 for st in self._steps.values()
+            1
+            for st in self._steps.values()
             if st.status == "running" and st.route == "local" and not st.request.needs_accelerator
         )
 
@@ -321,15 +334,17 @@ class IrisStepHandler(StepHandler):
         env = dict(os.environ)
         env.update({e["name"]: e["value"] for e in args.get_command_env()})
         env.update(placement.device_env(devices))
-        env.update({
-            placement.REQUESTED_ENV: st.request.to_string(),
-            placement.ASSIGNED_DEVICES_ENV: assigned,
-            placement.HOST_ENV: host,
-            placement.LAUNCHER_ENV: "local",
-            placement.ATTEMPT_ENV: str(st.attempt),
-            "DAGSTER_RUN_STEP_KEY": st.key,
-            RUN_PID_ENV: str(os.getpid()),
-        })
+        env.update(
+            {
+                placement.REQUESTED_ENV: st.request.to_string(),
+                placement.ASSIGNED_DEVICES_ENV: assigned,
+                placement.HOST_ENV: host,
+                placement.LAUNCHER_ENV: "local",
+                placement.ATTEMPT_ENV: str(st.attempt),
+                "DAGSTER_RUN_STEP_KEY": st.key,
+                RUN_PID_ENV: str(os.getpid()),
+            }
+        )
         self._warn_if_cores_short(st, host)
         executable = args.job_origin.executable_path or sys.executable
         try:
@@ -401,7 +416,9 @@ class IrisStepHandler(StepHandler):
                 "Kubernetes Job name": MetadataValue.text(job.metadata.name),
                 "namespace": MetadataValue.text(namespace),
                 "limits": MetadataValue.json(dict(container.resources.limits or {})),
-                "node_selector": MetadataValue.json(dict(job.spec.template.spec.node_selector or {})),
+                "node_selector": MetadataValue.json(
+                    dict(job.spec.template.spec.node_selector or {})
+                ),
             },
         )
 
@@ -448,7 +465,9 @@ class IrisStepHandler(StepHandler):
                     return CheckStepHealthResult.healthy()
                 rc = st.returncode
                 return self._after_death(
-                    st, was_preempted(rc), f"step process exited with code {rc}"
+                    st,
+                    was_preempted(rc),
+                    f"step process exited with code {rc}"
                     + (" (SIGTERM: preempted)" if was_preempted(rc) else ""),
                 )
             state = self.k8s.state(check.not_none(st.job_name), check.not_none(st.namespace))
@@ -468,8 +487,11 @@ class IrisStepHandler(StepHandler):
         nodes = sorted({p.spec.node_name for p in pods if p.spec is not None and p.spec.node_name})
         if nodes:
             st.node_logged = True
-            self._event(st, f'Step "{st.key}" runs on node {", ".join(nodes)}',
-                        {"iris/host": ", ".join(nodes), "Kubernetes Job name": st.job_name})
+            self._event(
+                st,
+                f'Step "{st.key}" runs on node {", ".join(nodes)}',
+                {"iris/host": ", ".join(nodes), "Kubernetes Job name": st.job_name},
+            )
 
     def _after_death(self, st: _Step, preempted: bool, reason: str) -> CheckStepHealthResult:
         """The step's process/pod is gone without success: retry it or report it failed."""
@@ -478,9 +500,17 @@ class IrisStepHandler(StepHandler):
             return CheckStepHealthResult.healthy()
         retries_on = not self._retries.disabled
         if preempted:
-            counter, limit, kind = self._preemptions, self._settings.max_retries_preemption, "preemption"
+            counter, limit, kind = (
+                self._preemptions,
+                self._settings.max_retries_preemption,
+                "preemption",
+            )
         else:
-            counter, limit, kind = self._crash_retries, self._settings.max_retries_failure, "failure"
+            counter, limit, kind = (
+                self._crash_retries,
+                self._settings.max_retries_failure,
+                "failure",
+            )
         if retries_on and counter[st.key] < limit:
             counter[st.key] += 1
             st.status = "retry_requested"
@@ -499,7 +529,8 @@ class IrisStepHandler(StepHandler):
         st.status = "failed"
         detail = (
             f" after {counter[st.key]} {kind} retries (max_retries_{kind}={limit})"
-            if retries_on else " (retries are disabled)"
+            if retries_on
+            else " (retries are disabled)"
         )
         return CheckStepHealthResult.unhealthy(reason + detail)
 
@@ -516,7 +547,9 @@ class IrisStepHandler(StepHandler):
                     try:
                         st.proc.wait(timeout=exit_wait_seconds)
                     except subprocess.TimeoutExpired:
-                        logger.warning("step %s still running at the end of its run; stopping it", st.key)
+                        logger.warning(
+                            "step %s still running at the end of its run; stopping it", st.key
+                        )
                         stop_process_group(st.proc, self._settings.termination_grace_seconds)
             self._poll()
             if self._leases is not None:
@@ -541,7 +574,7 @@ class IrisStepHandler(StepHandler):
                 deleted = self.k8s.delete_run_jobs(st.context.execute_step_args.run_id, namespace)
                 if st.job_name and st.job_name not in deleted:
                     self.k8s.delete(st.job_name, namespace)
-                message = f'Iris deleted the Kubernetes Jobs of this run: {", ".join(deleted) or st.job_name}'
+                message = f"Iris deleted the Kubernetes Jobs of this run: {', '.join(deleted) or st.job_name}"
             else:
                 message = f'Iris dropped queued step "{key}"'
         yield self._event(st, message)

@@ -43,8 +43,17 @@ ATTEMPT_LABEL = "marin/iris-attempt"
 MANAGED_LABEL = "marin/iris"
 
 # Pod conditions/reasons Kubernetes uses when a pod is taken away rather than failing itself.
-_PREEMPTION_REASONS = {"Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown", "Terminated",
-                       "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"}
+_PREEMPTION_REASONS = {
+    "Evicted",
+    "Preempting",
+    "NodeLost",
+    "Shutdown",
+    "NodeShutdown",
+    "Terminated",
+    "DeletionByTaintManager",
+    "DeletionByPodGC",
+    "TerminationByKubelet",
+}
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,13 @@ class KubernetesLauncher:
     # -- rendering -------------------------------------------------------------------------
 
     def container_context(
-        self, run: Any, run_launcher: Any, step_tags: Mapping[str, str], extra_env: Sequence[Mapping[str, Any]],
-        labels: Mapping[str, str], request: ResourceConfig,
+        self,
+        run: Any,
+        run_launcher: Any,
+        step_tags: Mapping[str, str],
+        extra_env: Sequence[Mapping[str, Any]],
+        labels: Mapping[str, str],
+        request: ResourceConfig,
     ) -> K8sContainerContext:
         s = self.settings
         base = K8sContainerContext(
@@ -105,7 +119,9 @@ class KubernetesLauncher:
         )
         if isinstance(run_launcher, K8sRunLauncher):
             # The deployment's own settings (Helm values) come first; ours refine them.
-            base = K8sContainerContext.create_for_run(run, run_launcher, include_run_tags=False).merge(base)
+            base = K8sContainerContext.create_for_run(
+                run, run_launcher, include_run_tags=False
+            ).merge(base)
         additions = {
             "container_config": {
                 "env": [
@@ -125,7 +141,9 @@ class KubernetesLauncher:
         check_placeable(request)
         return base.merge(
             K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(dict(step_tags)))
-        ).merge(K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(additions)))
+        ).merge(
+            K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(additions))
+        )
 
     def render_job(
         self,
@@ -158,8 +176,14 @@ class KubernetesLauncher:
             {"name": placement.LAUNCHER_ENV, "value": "kubernetes"},
             {"name": placement.ATTEMPT_ENV, "value": str(attempt)},
             {"name": placement.K8S_JOB_ENV, "value": job_name},
-            {"name": placement.HOST_ENV, "value_from": {"field_ref": {"field_path": "spec.nodeName"}}},
-            {"name": placement.K8S_POD_ENV, "value_from": {"field_ref": {"field_path": "metadata.name"}}},
+            {
+                "name": placement.HOST_ENV,
+                "value_from": {"field_ref": {"field_path": "spec.nodeName"}},
+            },
+            {
+                "name": placement.K8S_POD_ENV,
+                "value_from": {"field_ref": {"field_path": "metadata.name"}},
+            },
             {"name": placement.ASSIGNED_DEVICES_ENV, "value": _assigned_devices(request)},
         ]
         context = self.container_context(run, run_launcher, step_tags, extra_env, labels, request)
@@ -211,7 +235,9 @@ class KubernetesLauncher:
     def delete_run_jobs(self, run_id: str, namespace: str) -> list[str]:
         """Delete every step Job (and its pods) of a run; returns the deleted Job names."""
         selector = f"{RUN_ID_LABEL}={_sanitize_label(run_id)},{MANAGED_LABEL}=step"
-        jobs = self.client.batch_api.list_namespaced_job(namespace=namespace, label_selector=selector).items
+        jobs = self.client.batch_api.list_namespaced_job(
+            namespace=namespace, label_selector=selector
+        ).items
         names = [j.metadata.name for j in jobs]
         for name in names:
             self.client.batch_api.delete_namespaced_job(
@@ -239,20 +265,29 @@ def classify_failed_pods(job_name: str, pods: Sequence[Any]) -> JobState:
     """A failed Job's pods say whether it was preempted (evicted, node lost, SIGTERM) or failed."""
     if not pods:
         # Pods vanish with their node (node lost, Spot reclaim) before the Job records why.
-        return JobState("preempted", f"Kubernetes Job {job_name} failed and its pod is gone (node lost)")
+        return JobState(
+            "preempted", f"Kubernetes Job {job_name} failed and its pod is gone (node lost)"
+        )
     for pod in pods:
         status = pod.status
         if status is None:
             continue
         if status.reason in _PREEMPTION_REASONS:
-            return JobState("preempted", f"pod {pod.metadata.name}: {status.reason} {status.message or ''}".strip())
+            return JobState(
+                "preempted",
+                f"pod {pod.metadata.name}: {status.reason} {status.message or ''}".strip(),
+            )
         for condition in status.conditions or []:
             if condition.type == "DisruptionTarget" and condition.status == "True":
-                return JobState("preempted", f"pod {pod.metadata.name}: {condition.reason or 'disrupted'}")
+                return JobState(
+                    "preempted", f"pod {pod.metadata.name}: {condition.reason or 'disrupted'}"
+                )
         for cs in status.container_statuses or []:
             terminated = cs.state.terminated if cs.state else None
             if terminated and terminated.exit_code == 143:
-                return JobState("preempted", f"pod {pod.metadata.name}: container got SIGTERM (exit 143)")
+                return JobState(
+                    "preempted", f"pod {pod.metadata.name}: container got SIGTERM (exit 143)"
+                )
             if terminated and terminated.exit_code:
                 return JobState(
                     "failed",

@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     _keep_sigterm_default()
     from dagster._cli.api import execute_step_command
 
-    execute_step_command.main(args=argv if argv is not None else sys.argv[1:],
-                              prog_name="dagster api execute_step")
+    execute_step_command.main(
+        args=argv if argv is not None else sys.argv[1:], prog_name="dagster api execute_step"
+    )
 
 
 if __name__ == "__main__":

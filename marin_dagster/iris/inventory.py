@@ -127,7 +127,12 @@ class LocalInventory:
         usable = self.serving(request)
         if len(usable) < wanted:
             kind = request.device.kind
-            have = ", ".join(str(d) + (f" ({d.variant})" if d.variant != ANY else "") for d in self.devices) or "none"
+            have = (
+                ", ".join(
+                    str(d) + (f" ({d.variant})" if d.variant != ANY else "") for d in self.devices
+                )
+                or "none"
+            )
             raise ResourceConfigError(
                 f"step {step!r} asks for {request} ({wanted} {kind.upper()}"
                 f"{'s' if wanted != 1 else ''}) but the local inventory ({self.source}) has "

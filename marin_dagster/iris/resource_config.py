@@ -157,7 +157,9 @@ class TpuConfig:
     @property
     def topology(self) -> str:
         """GKE's `cloud.google.com/gke-tpu-topology` for this slice (e.g. 2x4, 2x2x2)."""
-        return "x".join(str(d) for d in tpu_topology(self.chips, TPU_GENERATIONS[self.generation].dims))
+        return "x".join(
+            str(d) for d in tpu_topology(self.chips, TPU_GENERATIONS[self.generation].dims)
+        )
 
     def spec(self) -> str:
         return f"tpu:{self.variant}"
@@ -197,7 +199,7 @@ _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 
 
 def parse_bytes(value: str | int, what: str = "size") -> int:
-    """"4g", "512Mi", "16GB", 1024 -> bytes (binary units: Marin's ram="16g" means GiB)."""
+    """ "4g", "512Mi", "16GB", 1024 -> bytes (binary units: Marin's ram="16g" means GiB)."""
     if isinstance(value, int):
         return value
     m = _QUANTITY.match(str(value))
@@ -311,7 +313,9 @@ class ResourceConfig:
                 kwargs["replicas"] = int(_parse_number(raw, value, "replicas"))
             elif key == "preemptible":
                 if raw.lower() not in ("true", "false"):
-                    raise ResourceConfigError(f"resources={value!r}: preemptible must be true or false")
+                    raise ResourceConfigError(
+                        f"resources={value!r}: preemptible must be true or false"
+                    )
                 kwargs["preemptible"] = raw.lower() == "true"
             else:
                 kwargs[key] = raw
@@ -415,18 +419,30 @@ class ResourceConfig:
         if self.preemptible:
             # May land on Spot/preemptible nodes (Iris retries preemptions).
             tolerations.append(
-                {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true",
-                 "effect": "NoSchedule"}
+                {
+                    "key": "cloud.google.com/gke-spot",
+                    "operator": "Equal",
+                    "value": "true",
+                    "effect": "NoSchedule",
+                }
             )
         else:
             pod_spec["affinity"] = {
                 "node_affinity": {
                     "required_during_scheduling_ignored_during_execution": {
                         "node_selector_terms": [
-                            {"match_expressions": [
-                                {"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"},
-                                {"key": "cloud.google.com/gke-preemptible", "operator": "DoesNotExist"},
-                            ]}
+                            {
+                                "match_expressions": [
+                                    {
+                                        "key": "cloud.google.com/gke-spot",
+                                        "operator": "DoesNotExist",
+                                    },
+                                    {
+                                        "key": "cloud.google.com/gke-preemptible",
+                                        "operator": "DoesNotExist",
+                                    },
+                                ]
+                            }
                         ]
                     }
                 }

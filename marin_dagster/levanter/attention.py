@@ -30,11 +30,17 @@ def _on_nvidia_gpu() -> bool:
 
 def cudnn_applies(q: jax.Array) -> bool:
     head_dim = q.shape[-1]
-    return (_on_nvidia_gpu() and q.dtype in (jnp.bfloat16, jnp.float16)
-            and head_dim % 8 == 0 and head_dim <= 128)
+    return (
+        _on_nvidia_gpu()
+        and q.dtype in (jnp.bfloat16, jnp.float16)
+        and head_dim % 8 == 0
+        and head_dim <= 128
+    )
 
 
-def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, implementation: str = "auto") -> jax.Array:
+def causal_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, implementation: str = "auto"
+) -> jax.Array:
     """softmax(q k^T / sqrt(head_dim), causal) v.
 
     q: (B, T, heads, head_dim); k, v: (B, T, kv_heads, head_dim), kv_heads dividing heads
@@ -45,8 +51,10 @@ def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, implementation: s
     if implementation == "reference":
         return reference_attention(q, k, v)
     if implementation not in ("cudnn", "xla"):
-        raise ValueError(f"attention implementation must be one of {ATTENTION_IMPLEMENTATIONS}, "
-                         f"got {implementation!r}")
+        raise ValueError(
+            f"attention implementation must be one of {ATTENTION_IMPLEMENTATIONS}, "
+            f"got {implementation!r}"
+        )
     return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=implementation)
 
 

@@ -28,23 +28,36 @@ logger = logging.getLogger(__name__)
 
 
 class Checkpointer:
-    def __init__(self, directory: str, *, keep: int | None, checkpoint_every_steps: int | None,
-                 checkpoint_every_minutes: float | None) -> None:
+    def __init__(
+        self,
+        directory: str,
+        *,
+        keep: int | None,
+        checkpoint_every_steps: int | None,
+        checkpoint_every_minutes: float | None,
+    ) -> None:
         if not fs.is_local(directory) and "://" not in directory:
             raise ValueError(f"checkpoint directory must be absolute or a URL, got {directory!r}")
         self.directory = fs.normalize(directory)
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1 (or None for all), got {keep}")
         if checkpoint_every_steps is not None and checkpoint_every_steps < 1:
-            raise ValueError(f"checkpoint_every_steps must be positive, got {checkpoint_every_steps}")
+            raise ValueError(
+                f"checkpoint_every_steps must be positive, got {checkpoint_every_steps}"
+            )
         self.every_steps = checkpoint_every_steps
-        self.every_seconds = None if checkpoint_every_minutes is None else checkpoint_every_minutes * 60.0
+        self.every_seconds = (
+            None if checkpoint_every_minutes is None else checkpoint_every_minutes * 60.0
+        )
         self._last_save_time = time.monotonic()
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
-                max_to_keep=keep, create=True, enable_async_checkpointing=True,
-                cleanup_tmp_directories=True),
+                max_to_keep=keep,
+                create=True,
+                enable_async_checkpointing=True,
+                cleanup_tmp_directories=True,
+            ),
         )
 
     def latest_step(self) -> int | None:
@@ -53,17 +66,26 @@ class Checkpointer:
     def should_save(self, step: int) -> bool:
         if self.every_steps is not None and step % self.every_steps == 0:
             return True
-        return self.every_seconds is not None and time.monotonic() - self._last_save_time >= self.every_seconds
+        return (
+            self.every_seconds is not None
+            and time.monotonic() - self._last_save_time >= self.every_seconds
+        )
 
     def save(self, step: int, state: Any, metadata: dict[str, Any]) -> bool:
         """Start an asynchronous save; False (logged) when `step` is already saved."""
         # Orbax returns False without a word for a step it already holds
         # (a rerun reaching a step the killed run had saved): say so here.
         if step in self.manager.all_steps():
-            logger.info("checkpoint for step %d already exists in %s; not saved again", step, self.directory)
+            logger.info(
+                "checkpoint for step %d already exists in %s; not saved again", step, self.directory
+            )
             return False
-        saved = self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), metadata=ocp.args.JsonSave(metadata)))
+        saved = self.manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), metadata=ocp.args.JsonSave(metadata)
+            ),
+        )
         if not saved:
             logger.warning("orbax declined to save step %d in %s", step, self.directory)
         self._last_save_time = time.monotonic()
@@ -72,9 +94,14 @@ class Checkpointer:
     def restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any]]:
         """The state saved at `step`, placed with the shardings of `like` (arrays or ShapeDtypeStructs)."""
         abstract = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like)
-        restored = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore()))
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like
+        )
+        restored = self.manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract), metadata=ocp.args.JsonRestore()
+            ),
+        )
         return restored["state"], dict(restored["metadata"] or {})
 
     def wait(self) -> None:

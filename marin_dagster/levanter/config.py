@@ -33,7 +33,6 @@ Remat = Literal["none", "block", "dots"]
 REMAT_POLICIES = get_args(Remat)
 
 
-
 @dataclass(frozen=True)
 class LlamaConfig:
     """A Llama decoder. `seq_len` is the longest sequence the model supports (RoPE positions)."""
@@ -52,7 +51,14 @@ class LlamaConfig:
     tie_word_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads"):
+        for name in (
+            "seq_len",
+            "hidden_dim",
+            "intermediate_dim",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"LlamaConfig.{name} must be a positive integer, got {value!r}")
@@ -86,13 +92,17 @@ class LlamaConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"LlamaConfig: unknown fields {unknown}; known fields are {sorted(known)}")
+            raise ValueError(
+                f"LlamaConfig: unknown fields {unknown}; known fields are {sorted(known)}"
+            )
         return cls(**d)
 
     def num_parameters(self) -> int:
         """All parameters, the input embedding included (counted once when tied)."""
         if self.vocab_size is None:
-            raise ValueError("LlamaConfig.vocab_size is unset: call with_vocab(tokenizer vocab size)")
+            raise ValueError(
+                "LlamaConfig.vocab_size is unset: call with_vocab(tokenizer vocab size)"
+            )
         d, i, hd = self.hidden_dim, self.intermediate_dim, self.actual_head_dim
         attn = d * hd * (self.num_heads + 2 * self.num_kv_heads) + self.num_heads * hd * d
         layer = attn + 3 * d * i + 2 * d
@@ -154,15 +164,25 @@ class TrainLmConfig:
         if not self.datasets:
             raise TrainInputError("datasets is empty; give {dataset: weight}")
         for name, weight in self.datasets.items():
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
-                raise TrainInputError(f"datasets[{name!r}]: mixture weight must be a positive number, "
-                                      f"got {weight!r}; drop the dataset instead of giving it weight 0")
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, int | float)
+                or not 0 < weight < math.inf
+            ):
+                raise TrainInputError(
+                    f"datasets[{name!r}]: mixture weight must be a positive number, "
+                    f"got {weight!r}; drop the dataset instead of giving it weight 0"
+                )
         if self.seq_len is not None and self.seq_len < 2:
-            raise TrainInputError(f"seq_len must be at least 2 (a token and its target), got {self.seq_len}")
+            raise TrainInputError(
+                f"seq_len must be at least 2 (a token and its target), got {self.seq_len}"
+            )
         if self.train_seq_len > self.model.seq_len:
-            raise TrainInputError(f"seq_len={self.train_seq_len} is above the model's maximum "
-                             f"(model.seq_len={self.model.seq_len}); lower seq_len or use a model "
-                             "config with a longer seq_len")
+            raise TrainInputError(
+                f"seq_len={self.train_seq_len} is above the model's maximum "
+                f"(model.seq_len={self.model.seq_len}); lower seq_len or use a model "
+                "config with a longer seq_len"
+            )
         for name in ("batch_size", "num_train_steps", "data_block_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -198,30 +218,46 @@ class TrainLmConfig:
 class TrainerSettings:
     """How a training runs, not what it computes: `LevanterResource` is derived from these."""
 
-    compute_dtype: ComputeDtype = setting("float32", "dtype of matmuls: float32 or bfloat16; parameters stay float32")
+    compute_dtype: ComputeDtype = setting(
+        "float32", "dtype of matmuls: float32 or bfloat16; parameters stay float32"
+    )
     num_devices: int | None = setting(None, "devices in the mesh; None: all local devices")
     parallelism: Parallelism = setting(
-        "data_parallel", "data_parallel (replicated parameters) or fsdp (parameters sharded over devices)")
-    remat: Remat = setting("dots", "activation memory: none, block or dots (recompute all but the matmuls; "
-                                 "the fastest measured, docs/benchmarks.md)")
+        "data_parallel",
+        "data_parallel (replicated parameters) or fsdp (parameters sharded over devices)",
+    )
+    remat: Remat = setting(
+        "dots",
+        "activation memory: none, block or dots (recompute all but the matmuls; "
+        "the fastest measured, docs/benchmarks.md)",
+    )
     checkpoint_every_steps: int | None = setting(
-        None, "save every N steps; None: every tenth of the run, so a killed run loses at most a tenth")
+        None,
+        "save every N steps; None: every tenth of the run, so a killed run loses at most a tenth",
+    )
     checkpoint_every_minutes: float | None = setting(10.0, "save every N minutes as well")
     keep: int | None = setting(2, "checkpoints kept (None: all)")
-    log_every: int = setting(10, "log loss, learning rate, grad norm, tokens/s and MFU every N steps")
+    log_every: int = setting(
+        10, "log loss, learning rate, grad norm, tokens/s and MFU every N steps"
+    )
     peak_flops_per_device: float | None = setting(
-        None, "peak FLOP/s per device for MFU; None: known accelerators, or a CPU estimate")
+        None, "peak FLOP/s per device for MFU; None: known accelerators, or a CPU estimate"
+    )
     sample_tokens: int = setting(64, "tokens generated for the sample after training")
     sample_temperature: float = setting(0.8, "0 for greedy sampling")
 
     def __post_init__(self) -> None:
         if self.compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}")
+            raise ValueError(
+                f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}"
+            )
         if self.parallelism not in PARALLELISMS:
             raise ValueError(f"parallelism must be one of {PARALLELISMS}, got {self.parallelism!r}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
         if self.checkpoint_every_steps is not None and self.checkpoint_every_steps < 1:
-            raise ValueError(f"checkpoint_every_steps must be positive or None, got {self.checkpoint_every_steps}")
+            raise ValueError(
+                f"checkpoint_every_steps must be positive or None, got {self.checkpoint_every_steps}"
+            )
         if self.log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")

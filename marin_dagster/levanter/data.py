@@ -38,7 +38,8 @@ def check_token_ids(batch: np.ndarray, vocab_size: int, where: str) -> None:
     if top >= vocab_size:
         raise TrainInputError(
             f"{where}: token id {top} is outside the model's vocabulary (model.vocab_size={vocab_size}); "
-            "the cache was built with a different tokenizer than the model's vocab_size says")
+            "the cache was built with a different tokenizer than the model's vocab_size says"
+        )
 
 
 def _sub_seed(seed: int, path: str) -> int:
@@ -52,7 +53,9 @@ def open_cache(path: str, split: str, field: str) -> TokenCache:
     try:
         return TokenCache.open(path, split=split)
     except (FileNotFoundError, RuntimeError) as e:
-        raise TrainInputError(f"{field}: cannot open token cache {path!r} split {split!r}: {e}") from e
+        raise TrainInputError(
+            f"{field}: cannot open token cache {path!r} split {split!r}: {e}"
+        ) from e
 
 
 def bytes_per_token(path: str, split: str, cache: TokenCache) -> float | None:
@@ -113,28 +116,41 @@ class MixtureComponent:
 class MixtureDataset:
     """Packed `seq_len` sequences from `datasets` ({cache path: weight}), deterministic for `seed`."""
 
-    def __init__(self, datasets: Mapping[str, float], seq_len: int, seed: int = 0, *,
-                 split: str = "train", block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+    def __init__(
+        self,
+        datasets: Mapping[str, float],
+        seq_len: int,
+        seed: int = 0,
+        *,
+        split: str = "train",
+        block_size: int = DEFAULT_BLOCK_SIZE,
+    ) -> None:
         if not datasets:
             raise TrainInputError("datasets: no training dataset given; pass {cache_path: weight}")
         if block_size < len(datasets):
-            raise TrainInputError(f"block_size ({block_size}) must be at least the number of datasets ({len(datasets)})")
+            raise TrainInputError(
+                f"block_size ({block_size}) must be at least the number of datasets ({len(datasets)})"
+            )
         self.seq_len, self.seed, self.block_size = seq_len, seed, block_size
         self.components: list[MixtureComponent] = []
         for path, weight in datasets.items():
             if not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
                 raise TrainInputError(
                     f"datasets[{path!r}]: mixture weight must be a positive number, got {weight!r}; "
-                    "drop the dataset instead of giving it weight 0")
+                    "drop the dataset instead of giving it weight 0"
+                )
             cache = open_cache(path, split, f"datasets[{path!r}]")
             n = cache.num_sequences(seq_len)
             if n == 0:
                 raise TrainInputError(
                     f"datasets[{path!r}]: split {split!r} holds {cache.num_tokens} tokens, fewer than one "
-                    f"sequence of seq_len={seq_len}; the dataset is empty or too small")
+                    f"sequence of seq_len={seq_len}; the dataset is empty or too small"
+                )
             self.components.append(MixtureComponent(path, float(weight), cache, n))
         self.counts = block_counts([c.weight for c in self.components], block_size)
-        self._orders = [_EpochOrders(c.cache, seq_len, _sub_seed(seed, c.path)) for c in self.components]
+        self._orders = [
+            _EpochOrders(c.cache, seq_len, _sub_seed(seed, c.path)) for c in self.components
+        ]
         self._layouts: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def _layout(self, block: int) -> tuple[np.ndarray, np.ndarray]:
@@ -184,8 +200,12 @@ class EvalSet:
     bytes_per_token: float | None
 
 
-def open_eval_sets(validation: Mapping[str, str], seq_len: int, split: str,
-                   bytes_per_token_override: Mapping[str, float] | None = None) -> list[EvalSet]:
+def open_eval_sets(
+    validation: Mapping[str, str],
+    seq_len: int,
+    split: str,
+    bytes_per_token_override: Mapping[str, float] | None = None,
+) -> list[EvalSet]:
     """Validation sets ({name: cache path}); each must hold at least one sequence."""
     out = []
     for name, path in validation.items():
@@ -194,14 +214,16 @@ def open_eval_sets(validation: Mapping[str, str], seq_len: int, split: str,
         if n == 0:
             raise TrainInputError(
                 f"validation[{name!r}]: {path!r} split {split!r} holds {cache.num_tokens} tokens, fewer "
-                f"than one sequence of seq_len={seq_len}")
+                f"than one sequence of seq_len={seq_len}"
+            )
         bpt = (bytes_per_token_override or {}).get(name) or bytes_per_token(path, split, cache)
         out.append(EvalSet(name, path, cache, n, bpt))
     return out
 
 
-def eval_batches(eval_set: EvalSet, seq_len: int, batch_size: int,
-                 max_batches: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def eval_batches(
+    eval_set: EvalSet, seq_len: int, batch_size: int, max_batches: int | None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(tokens, row_mask) batches of the split's sequences in stream order.
 
     The last batch is padded to `batch_size` (row_mask 0 on the padding) so the

@@ -44,9 +44,16 @@ class EvalResult:
         return dataclasses.asdict(self)
 
 
-def run_eval(eval_step: Callable, params: Params, eval_sets: list[EvalSet], seq_len: int,
-             batch_size: int, max_batches: int | None, tokens_sharding: Any,
-             vocab_size: int) -> dict[str, EvalResult]:
+def run_eval(
+    eval_step: Callable,
+    params: Params,
+    eval_sets: list[EvalSet],
+    seq_len: int,
+    batch_size: int,
+    max_batches: int | None,
+    tokens_sharding: Any,
+    vocab_size: int,
+) -> dict[str, EvalResult]:
     """Each eval set's mean token loss under `eval_step(params, tokens, row_mask)`."""
     results = {}
     for es in eval_sets:
@@ -79,15 +86,18 @@ def load_model(checkpoint_path: str) -> tuple[LlamaConfig, Params]:
     if not fs.exists(state_dir) or run_config is None:
         raise FileNotFoundError(
             f"{checkpoint_path} is neither a train output (params.npz + model_config.json) nor an "
-            "orbax step directory {output}/checkpoints/{step} (state/ and the run's config.json)")
+            "orbax step directory {output}/checkpoints/{step} (state/ and the run's config.json)"
+        )
     import orbax.checkpoint as ocp
 
     config = LlamaConfig.from_dict(run_config["model"])
     checkpointer = ocp.StandardCheckpointer()
     # Target every array at the first local device, whatever mesh saved it.
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                          checkpointer.metadata(state_dir).item_metadata.tree)
+    target = jax.tree.map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+        checkpointer.metadata(state_dir).item_metadata.tree,
+    )
     restored = checkpointer.restore(state_dir, target)
     return config, restored["params"]
 
@@ -102,13 +112,23 @@ def _eval_step(config: LlamaConfig, dtype_name: str, mesh: jax.sharding.Mesh):
         return jnp.sum(losses * weights), jnp.sum(weights)
 
     rep = replicated(mesh)
-    return jax.jit(eval_step, in_shardings=(rep, batch_sharding(mesh), rep), out_shardings=(rep, rep))
+    return jax.jit(
+        eval_step, in_shardings=(rep, batch_sharding(mesh), rep), out_shardings=(rep, rep)
+    )
 
 
-def evaluate(checkpoint_path: str, datasets: Mapping[str, str] | Sequence[str], *,
-             split: str = "validation", seq_len: int | None = None, batch_size: int = 8,
-             max_batches: int | None = None, bytes_per_token: Mapping[str, float] | None = None,
-             compute_dtype: str = "float32", num_devices: int | None = None) -> dict[str, EvalResult]:
+def evaluate(
+    checkpoint_path: str,
+    datasets: Mapping[str, str] | Sequence[str],
+    *,
+    split: str = "validation",
+    seq_len: int | None = None,
+    batch_size: int = 8,
+    max_batches: int | None = None,
+    bytes_per_token: Mapping[str, float] | None = None,
+    compute_dtype: str = "float32",
+    num_devices: int | None = None,
+) -> dict[str, EvalResult]:
     """Eval loss, perplexity and bits per byte on each dataset ({name: cache path} or paths).
 
     Bits per byte needs the source bytes per token: taken from the cache's stats,
@@ -121,14 +141,26 @@ def evaluate(checkpoint_path: str, datasets: Mapping[str, str] | Sequence[str], 
     config, params = load_model(checkpoint_path)
     seq_len = seq_len or config.seq_len
     if seq_len > config.seq_len:
-        raise TrainInputError(f"seq_len={seq_len} is above the model's maximum (model.seq_len={config.seq_len})")
+        raise TrainInputError(
+            f"seq_len={seq_len} is above the model's maximum (model.seq_len={config.seq_len})"
+        )
     mesh = make_mesh(num_devices)
     if batch_size % mesh.devices.size:
-        raise TrainInputError(f"batch_size={batch_size} is not divisible by the {mesh.devices.size} devices")
+        raise TrainInputError(
+            f"batch_size={batch_size} is not divisible by the {mesh.devices.size} devices"
+        )
     eval_sets = open_eval_sets(datasets, seq_len, split, bytes_per_token)
     params = jax.device_put(params, replicated(mesh))
-    return run_eval(_eval_step(config, compute_dtype, mesh), params, eval_sets, seq_len, batch_size,
-                    max_batches, batch_sharding(mesh), config.vocab_size)
+    return run_eval(
+        _eval_step(config, compute_dtype, mesh),
+        params,
+        eval_sets,
+        seq_len,
+        batch_size,
+        max_batches,
+        batch_sharding(mesh),
+        config.vocab_size,
+    )
 
 
 def evaluate_to_dict(results: Mapping[str, EvalResult]) -> dict[str, Any]:

@@ -45,8 +45,9 @@ def _logits(x: jax.Array, head: jax.Array) -> jax.Array:
     return jnp.einsum("btd,dv->btv", x, head, preferred_element_type=jnp.float32)
 
 
-def token_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array,
-                        max_elements: int | None = None) -> jax.Array:
+def token_cross_entropy(
+    x: jax.Array, head: jax.Array, targets: jax.Array, max_elements: int | None = None
+) -> jax.Array:
     """Cross entropy (nats) of each position, shape (B, T): -log softmax(x @ head)[target].
 
     x: (B, T, D) final hidden states in the compute dtype; head: (D, vocab), cast to x's dtype.
@@ -66,8 +67,13 @@ def token_cross_entropy(x: jax.Array, head: jax.Array, targets: jax.Array,
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def cross_entropy_sum(x: jax.Array, head: jax.Array, targets: jax.Array, weights: jax.Array,
-                      max_elements: int | None = None) -> jax.Array:
+def cross_entropy_sum(
+    x: jax.Array,
+    head: jax.Array,
+    targets: jax.Array,
+    weights: jax.Array,
+    max_elements: int | None = None,
+) -> jax.Array:
     """sum(weights * token_cross_entropy(x, head, targets)): a float32 scalar, differentiable in
     x and head with the gradients computed chunk by chunk in the forward pass."""
     return jnp.sum(weights * token_cross_entropy(x, head, targets, max_elements))
@@ -87,14 +93,22 @@ def _cross_entropy_sum_fwd(x, head, targets, weights, max_elements):
         target_logit = jnp.take_along_axis(logits, targets_c[..., None], axis=-1)[..., 0]
         total = total + jnp.sum(weights_c * (log_z - target_logit))
         # d loss / d logits = softmax - one_hot(target), per position times its weight.
-        d_logits = (jnp.exp(logits - log_z[..., None]) - jax.nn.one_hot(targets_c, vocab)) * weights_c[..., None]
+        d_logits = (
+            jnp.exp(logits - log_z[..., None]) - jax.nn.one_hot(targets_c, vocab)
+        ) * weights_c[..., None]
         d_logits = d_logits.astype(x.dtype)
         d_x = jnp.einsum("btv,dv->btd", d_logits, w)
-        d_head = d_head + jnp.einsum("btd,btv->dv", x_c, d_logits, preferred_element_type=jnp.float32)
+        d_head = d_head + jnp.einsum(
+            "btd,btv->dv", x_c, d_logits, preferred_element_type=jnp.float32
+        )
         return (total, d_head), d_x
 
     init = (jnp.zeros((), jnp.float32), jnp.zeros(w.shape, jnp.float32))
-    xs = (_to_chunks(x, chunk), _to_chunks(targets, chunk), _to_chunks(weights.astype(jnp.float32), chunk))
+    xs = (
+        _to_chunks(x, chunk),
+        _to_chunks(targets, chunk),
+        _to_chunks(weights.astype(jnp.float32), chunk),
+    )
     (total, d_head), d_x = jax.lax.scan(step, init, xs)
     return total, (_from_chunks(d_x, t), d_head.astype(head.dtype))
 

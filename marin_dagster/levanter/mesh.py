@@ -25,7 +25,8 @@ def make_mesh(num_devices: int | None = None) -> Mesh:
         if not 1 <= num_devices <= len(devices):
             raise ValueError(
                 f"num_devices={num_devices}, but this process sees {len(devices)} device(s) "
-                f"({devices[0].platform}); use 1..{len(devices)} or leave it unset for all")
+                f"({devices[0].platform}); use 1..{len(devices)} or leave it unset for all"
+            )
         devices = devices[:num_devices]
     return Mesh(np.array(devices), (DATA_AXIS,))
 

@@ -39,7 +39,12 @@ _CPU_FLOPS_PER_CORE = 2.5e9 * 32
 
 
 def matmul_params(config: LlamaConfig) -> int:
-    d, i, hd, v = config.hidden_dim, config.intermediate_dim, config.actual_head_dim, config.vocab_size or 0
+    d, i, hd, v = (
+        config.hidden_dim,
+        config.intermediate_dim,
+        config.actual_head_dim,
+        config.vocab_size or 0,
+    )
     attn = d * hd * (config.num_heads + 2 * config.num_kv_heads) + config.num_heads * hd * d
     return config.num_layers * (attn + 3 * d * i) + d * v
 
@@ -76,7 +81,8 @@ def peak_flops(devices: Sequence[jax.Device], per_device: float | None = None) -
             return value * len(devices)
     raise ValueError(
         f"no peak FLOP/s known for device kind {devices[0].device_kind!r}; "
-        "set peak_flops_per_device in the trainer settings")
+        "set peak_flops_per_device in the trainer settings"
+    )
 
 
 class MetricsLog:
@@ -98,9 +104,12 @@ class MetricsLog:
         if not fs.exists(self.path):
             return
         text = fs.read_bytes(self.path).decode("utf-8")
-        self.rows = [r for r in (json.loads(line) for line in text.splitlines() if line.strip())
-                     if r.get("step", 0) < step or (r.get("step", 0) == step
-                                                    and not (drop_eval_at_end and "loss" not in r))]
+        self.rows = [
+            r
+            for r in (json.loads(line) for line in text.splitlines() if line.strip())
+            if r.get("step", 0) < step
+            or (r.get("step", 0) == step and not (drop_eval_at_end and "loss" not in r))
+        ]
 
     def append(self, row: dict[str, Any]) -> None:
         self.rows.append(row)

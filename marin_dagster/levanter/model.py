@@ -22,13 +22,17 @@ from marin_dagster.levanter.loss import cross_entropy_sum, token_cross_entropy
 Params = dict
 
 
-
 @functools.partial(jax.jit, static_argnums=0)
 def init_params(config: LlamaConfig, key: jax.Array) -> Params:
     """Fresh float32 parameters (one compiled program, not dozens of eager ops)."""
     if config.vocab_size is None:
         raise ValueError("LlamaConfig.vocab_size is unset: set it from the tokenizer (with_vocab)")
-    d, i, hd, n_layers = config.hidden_dim, config.intermediate_dim, config.actual_head_dim, config.num_layers
+    d, i, hd, n_layers = (
+        config.hidden_dim,
+        config.intermediate_dim,
+        config.actual_head_dim,
+        config.num_layers,
+    )
     h, kv, v = config.num_heads, config.num_kv_heads, config.vocab_size
     std = config.initializer_range
     keys = iter(jax.random.split(key, 9))
@@ -65,7 +69,9 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
 def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
     inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
     angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]
-    angles = jnp.concatenate([angles, angles], axis=-1)  # (T, head_dim), HF/Llama "rotate half" layout
+    angles = jnp.concatenate(
+        [angles, angles], axis=-1
+    )  # (T, head_dim), HF/Llama "rotate half" layout
     return jnp.cos(angles), jnp.sin(angles)
 
 
@@ -77,8 +83,14 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (x.astype(jnp.float32) * cos + rotated.astype(jnp.float32) * sin).astype(x.dtype)
 
 
-def attention(x: jax.Array, layer: Params, config: LlamaConfig, cos: jax.Array, sin: jax.Array,
-              implementation: str = "auto") -> jax.Array:
+def attention(
+    x: jax.Array,
+    layer: Params,
+    config: LlamaConfig,
+    cos: jax.Array,
+    sin: jax.Array,
+    implementation: str = "auto",
+) -> jax.Array:
     b, t, _ = x.shape
     h, kv, hd = config.num_heads, config.num_kv_heads, config.actual_head_dim
     dtype = x.dtype
@@ -103,13 +115,21 @@ def remat_block(block, remat: str):
     if remat == "block":
         return jax.checkpoint(block)
     if remat == "dots":
-        return jax.checkpoint(block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+        return jax.checkpoint(
+            block, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+        )
     raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {remat!r}")
 
 
-def hidden_states(params: Params, tokens: jax.Array, config: LlamaConfig,
-                  compute_dtype: jnp.dtype = jnp.float32, *, remat: str = "none",
-                  attention_impl: str = "auto") -> jax.Array:
+def hidden_states(
+    params: Params,
+    tokens: jax.Array,
+    config: LlamaConfig,
+    compute_dtype: jnp.dtype = jnp.float32,
+    *,
+    remat: str = "none",
+    attention_impl: str = "auto",
+) -> jax.Array:
     """The final normed hidden states (B, T, hidden_dim), in the compute dtype."""
     t = tokens.shape[1]
     eps = config.layer_norm_epsilon
@@ -117,7 +137,9 @@ def hidden_states(params: Params, tokens: jax.Array, config: LlamaConfig,
     x = params["token_embedding"][tokens].astype(compute_dtype)
 
     def block(x: jax.Array, layer: Params) -> tuple[jax.Array, None]:
-        x = x + attention(rms_norm(x, layer["attn_norm"], eps), layer, config, cos, sin, attention_impl)
+        x = x + attention(
+            rms_norm(x, layer["attn_norm"], eps), layer, config, cos, sin, attention_impl
+        )
         x = x + mlp(rms_norm(x, layer["mlp_norm"], eps), layer)
         return x, None
 
@@ -130,27 +152,52 @@ def lm_head(params: Params, config: LlamaConfig) -> jax.Array:
     return params["token_embedding"].T if config.tie_word_embeddings else params["lm_head"]
 
 
-def forward(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
-            *, remat: str = "none", attention_impl: str = "auto") -> jax.Array:
+def forward(
+    params: Params,
+    tokens: jax.Array,
+    config: LlamaConfig,
+    compute_dtype: jnp.dtype = jnp.float32,
+    *,
+    remat: str = "none",
+    attention_impl: str = "auto",
+) -> jax.Array:
     """Logits (float32, shape (B, T, vocab)) for int tokens of shape (B, T).
 
     All B x T x vocab of them: for sampling and tests. Training and evaluation go
     through loss.py, which makes them a chunk of positions at a time.
     """
-    x = hidden_states(params, tokens, config, compute_dtype, remat=remat, attention_impl=attention_impl)
-    return jnp.einsum("btd,dv->btv", x, lm_head(params, config).astype(compute_dtype),
-                      preferred_element_type=jnp.float32)
+    x = hidden_states(
+        params, tokens, config, compute_dtype, remat=remat, attention_impl=attention_impl
+    )
+    return jnp.einsum(
+        "btd,dv->btv",
+        x,
+        lm_head(params, config).astype(compute_dtype),
+        preferred_element_type=jnp.float32,
+    )
 
 
-def token_losses(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
-                 *, remat: str = "none") -> jax.Array:
+def token_losses(
+    params: Params,
+    tokens: jax.Array,
+    config: LlamaConfig,
+    compute_dtype: jnp.dtype = jnp.float32,
+    *,
+    remat: str = "none",
+) -> jax.Array:
     """Next-token cross entropy (nats) for positions 0..T-2, shape (B, T-1). Forward only (eval)."""
     x = hidden_states(params, tokens, config, compute_dtype, remat=remat)
     return token_cross_entropy(x[:, :-1], lm_head(params, config), tokens[:, 1:])
 
 
-def loss_fn(params: Params, tokens: jax.Array, config: LlamaConfig, compute_dtype: jnp.dtype = jnp.float32,
-            *, remat: str = "none") -> jax.Array:
+def loss_fn(
+    params: Params,
+    tokens: jax.Array,
+    config: LlamaConfig,
+    compute_dtype: jnp.dtype = jnp.float32,
+    *,
+    remat: str = "none",
+) -> jax.Array:
     """Mean next-token cross entropy over the batch: the training loss."""
     b, t = tokens.shape
     x = hidden_states(params, tokens, config, compute_dtype, remat=remat)

@@ -34,7 +34,9 @@ class AdamConfig:
 
     def __post_init__(self) -> None:
         if self.lr_schedule not in _SCHEDULES:
-            raise ValueError(f"AdamConfig.lr_schedule must be one of {_SCHEDULES}, got {self.lr_schedule!r}")
+            raise ValueError(
+                f"AdamConfig.lr_schedule must be one of {_SCHEDULES}, got {self.lr_schedule!r}"
+            )
         if self.learning_rate <= 0:
             raise ValueError(f"AdamConfig.learning_rate must be positive, got {self.learning_rate}")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -62,7 +64,9 @@ class AdamConfig:
         if self.decay is None:
             decay_steps = num_train_steps - warmup_steps
         else:
-            decay_steps = min(self._steps(self.decay, num_train_steps), num_train_steps - warmup_steps)
+            decay_steps = min(
+                self._steps(self.decay, num_train_steps), num_train_steps - warmup_steps
+            )
         stable_steps = num_train_steps - warmup_steps - decay_steps
 
         schedules: list[optax.Schedule] = []
@@ -97,7 +101,9 @@ class AdamConfig:
         return optax.chain(*chain)
 
 
-def _inv_sqrt_schedule(lr: float, min_lr: float, warmup_steps: int, timescale: float = 10000) -> optax.Schedule:
+def _inv_sqrt_schedule(
+    lr: float, min_lr: float, warmup_steps: int, timescale: float = 10000
+) -> optax.Schedule:
     def schedule(count: jax.Array) -> jax.Array:
         decay = jnp.minimum(1.0, 1.0 / jnp.sqrt(jnp.maximum(count + warmup_steps, 1) / timescale))
         return jnp.maximum(lr * decay, min_lr)

@@ -13,10 +13,20 @@ from collections.abc import Sequence
 import numpy as np
 
 _FONT = {  # 3x5 glyphs, rows top to bottom, 3 bits each
-    "0": (7, 5, 5, 5, 7), "1": (2, 6, 2, 2, 7), "2": (7, 1, 7, 4, 7), "3": (7, 1, 7, 1, 7),
-    "4": (5, 5, 7, 1, 1), "5": (7, 4, 7, 1, 7), "6": (7, 4, 7, 5, 7), "7": (7, 1, 1, 1, 1),
-    "8": (7, 5, 7, 5, 7), "9": (7, 5, 7, 1, 7), ".": (0, 0, 0, 0, 2), "-": (0, 0, 7, 0, 0),
-    "e": (0, 7, 7, 4, 7), " ": (0, 0, 0, 0, 0),
+    "0": (7, 5, 5, 5, 7),
+    "1": (2, 6, 2, 2, 7),
+    "2": (7, 1, 7, 4, 7),
+    "3": (7, 1, 7, 1, 7),
+    "4": (5, 5, 7, 1, 1),
+    "5": (7, 4, 7, 1, 7),
+    "6": (7, 4, 7, 5, 7),
+    "7": (7, 1, 1, 1, 1),
+    "8": (7, 5, 7, 5, 7),
+    "9": (7, 5, 7, 1, 7),
+    ".": (0, 0, 0, 0, 2),
+    "-": (0, 0, 7, 0, 0),
+    "e": (0, 7, 7, 4, 7),
+    " ": (0, 0, 0, 0, 0),
 }
 _BLUE, _RED, _GREY, _BLACK = (31, 119, 180), (214, 39, 40), (220, 220, 220), (0, 0, 0)
 
@@ -27,10 +37,20 @@ def encode_png(rgb: np.ndarray) -> bytes:
     raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
 
     header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _text(img: np.ndarray, x: int, y: int, s: str, scale: int = 2) -> None:
@@ -40,11 +60,13 @@ def _text(img: np.ndarray, x: int, y: int, s: str, scale: int = 2) -> None:
             for col in range(3):
                 if bits >> (2 - col) & 1:
                     y0, x0 = y + row * scale, x + col * scale
-                    img[max(y0, 0):y0 + scale, max(x0, 0):x0 + scale] = _BLACK
+                    img[max(y0, 0) : y0 + scale, max(x0, 0) : x0 + scale] = _BLACK
         x += 4 * scale
 
 
-def _line(img: np.ndarray, x0: float, y0: float, x1: float, y1: float, color: tuple[int, int, int]) -> None:
+def _line(
+    img: np.ndarray, x0: float, y0: float, x1: float, y1: float, color: tuple[int, int, int]
+) -> None:
     n = int(max(abs(x1 - x0), abs(y1 - y0))) + 1
     xs = np.rint(np.linspace(x0, x1, n)).astype(int)
     ys = np.rint(np.linspace(y0, y1, n)).astype(int)
@@ -58,8 +80,12 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
-def loss_curve_png(train: Sequence[tuple[int, float]], evals: Sequence[tuple[int, float]] = (),
-                   width: int = 640, height: int = 360) -> bytes:
+def loss_curve_png(
+    train: Sequence[tuple[int, float]],
+    evals: Sequence[tuple[int, float]] = (),
+    width: int = 640,
+    height: int = 360,
+) -> bytes:
     """PNG of train loss (blue line) and eval loss (red dots) against step."""
     img = np.full((height, width, 3), 255, np.uint8)
     left, right, top, bottom = 70, width - 20, 20, height - 40
@@ -74,8 +100,10 @@ def loss_curve_png(train: Sequence[tuple[int, float]], evals: Sequence[tuple[int
         l0, l1 = l0 - 0.5, l1 + 0.5
 
     def px(step: float, loss: float) -> tuple[float, float]:
-        return (left + (step - s0) / (s1 - s0) * (right - left),
-                bottom - (loss - l0) / (l1 - l0) * (bottom - top))
+        return (
+            left + (step - s0) / (s1 - s0) * (right - left),
+            bottom - (loss - l0) / (l1 - l0) * (bottom - top),
+        )
 
     for k in range(5):
         y = top + k * (bottom - top) / 4
@@ -94,5 +122,5 @@ def loss_curve_png(train: Sequence[tuple[int, float]], evals: Sequence[tuple[int
     for s, v in evals:
         if np.isfinite(v):
             x, y = px(s, v)
-            img[max(int(y) - 3, 0):int(y) + 4, max(int(x) - 3, 0):int(x) + 4] = _RED
+            img[max(int(y) - 3, 0) : int(y) + 4, max(int(x) - 3, 0) : int(x) + 4] = _RED
     return encode_png(img)

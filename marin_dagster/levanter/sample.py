@@ -21,8 +21,9 @@ from marin_dagster.levanter.model import Params, forward
 def _next_token_fn(config: LlamaConfig, dtype_name: str, greedy: bool):
     dtype = jnp.dtype(dtype_name)
 
-    def next_token(params: Params, window: jax.Array, pos: jax.Array, key: jax.Array,
-                   temperature: jax.Array) -> jax.Array:
+    def next_token(
+        params: Params, window: jax.Array, pos: jax.Array, key: jax.Array, temperature: jax.Array
+    ) -> jax.Array:
         logits = forward(params, window, config, dtype)[0, pos - 1]
         if greedy:
             return jnp.argmax(logits).astype(jnp.int32)
@@ -31,17 +32,25 @@ def _next_token_fn(config: LlamaConfig, dtype_name: str, greedy: bool):
     return jax.jit(next_token)
 
 
-def generate(params: Params, config: LlamaConfig, prompt: list[int], max_new_tokens: int, *,
-             temperature: float = 0.0, seed: int = 0, compute_dtype: str = "float32",
-             stop_id: int | None = None) -> list[int]:
+def generate(
+    params: Params,
+    config: LlamaConfig,
+    prompt: list[int],
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    seed: int = 0,
+    compute_dtype: str = "float32",
+    stop_id: int | None = None,
+) -> list[int]:
     """The prompt's continuation (new token ids only); greedy when temperature is 0."""
     if not prompt:
         raise ValueError("generate: prompt must hold at least one token id")
     window_len = min(config.seq_len, len(prompt) + max_new_tokens)
-    prompt = list(prompt)[-(window_len - 1):] if len(prompt) >= window_len else list(prompt)
+    prompt = list(prompt)[-(window_len - 1) :] if len(prompt) >= window_len else list(prompt)
     fn = _next_token_fn(config, compute_dtype, temperature <= 0)
     window = np.zeros((1, window_len), np.int32)
-    window[0, :len(prompt)] = prompt
+    window[0, : len(prompt)] = prompt
     pos = len(prompt)
     key = jax.random.PRNGKey(seed)
     out: list[int] = []

@@ -99,9 +99,17 @@ class TrainResult:
 
 # --- the compiled pieces, cached so several runs in one process compile once ---------------
 
+
 @functools.lru_cache(maxsize=16)
-def _compiled(model: LlamaConfig, optimizer: AdamConfig, num_train_steps: int, dtype_name: str,
-              mesh: jax.sharding.Mesh, parallelism: str, remat: str = "none"):
+def _compiled(
+    model: LlamaConfig,
+    optimizer: AdamConfig,
+    num_train_steps: int,
+    dtype_name: str,
+    mesh: jax.sharding.Mesh,
+    parallelism: str,
+    remat: str = "none",
+):
     dtype = jnp.dtype(dtype_name)
     tx = optimizer.build(num_train_steps)
     schedule = optimizer.lr_scheduler(num_train_steps)
@@ -116,11 +124,16 @@ def _compiled(model: LlamaConfig, optimizer: AdamConfig, num_train_steps: int, d
     tokens_sharding = batch_sharding(mesh)
 
     def train_step(state: dict[str, Any], tokens: jax.Array):
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], tokens, model, dtype, remat=remat)
+        loss, grads = jax.value_and_grad(loss_fn)(
+            state["params"], tokens, model, dtype, remat=remat
+        )
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
-        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads),
-                   "learning_rate": schedule(state["step"])}
+        metrics = {
+            "loss": loss,
+            "grad_norm": optax.tree.norm(grads),
+            "learning_rate": schedule(state["step"]),
+        }
         return {"step": state["step"] + 1, "params": params, "opt_state": opt_state}, metrics
 
     def eval_step(params: Params, tokens: jax.Array, row_mask: jax.Array):
@@ -130,16 +143,24 @@ def _compiled(model: LlamaConfig, optimizer: AdamConfig, num_train_steps: int, d
 
     return {
         "init": jax.jit(init_state, out_shardings=shardings),
-        "train_step": jax.jit(train_step, in_shardings=(shardings, tokens_sharding),
-                              out_shardings=(shardings, rep), donate_argnums=0),
-        "eval_step": jax.jit(eval_step, in_shardings=(shardings["params"], tokens_sharding, rep),
-                             out_shardings=(rep, rep)),
+        "train_step": jax.jit(
+            train_step,
+            in_shardings=(shardings, tokens_sharding),
+            out_shardings=(shardings, rep),
+            donate_argnums=0,
+        ),
+        "eval_step": jax.jit(
+            eval_step,
+            in_shardings=(shardings["params"], tokens_sharding, rep),
+            out_shardings=(rep, rep),
+        ),
         "shardings": shardings,
         "tokens_sharding": tokens_sharding,
     }
 
 
 # --- set-up: everything that can be wrong fails before any compute ---------------------------
+
 
 def resolve_model(config: TrainLmConfig) -> LlamaConfig:
     model = config.model
@@ -150,16 +171,22 @@ def resolve_model(config: TrainLmConfig) -> LlamaConfig:
             raise TrainInputError(
                 f"model.vocab_size is {model.vocab_size} but the tokenizer has "
                 f"{config.tokenizer_vocab_size} tokens (tokenizer_vocab_size): they must match; "
-                "leave model.vocab_size unset to take it from the tokenizer")
+                "leave model.vocab_size unset to take it from the tokenizer"
+            )
     if model.vocab_size is None:
-        raise TrainInputError("model.vocab_size is unset: pass tokenizer_vocab_size (the tokenizer's vocabulary size)")
+        raise TrainInputError(
+            "model.vocab_size is unset: pass tokenizer_vocab_size (the tokenizer's vocabulary size)"
+        )
     return model
 
 
 def with_split(datasets: Mapping[str, str], split: str) -> dict[str, str]:
     """The datasets ({name: cache path}) whose cache holds `split`."""
-    return {name: path for name, path in datasets.items()
-            if fs.exists(fs.join(fs.normalize(path), split, "shard_ledger.json"))}
+    return {
+        name: path
+        for name, path in datasets.items()
+        if fs.exists(fs.join(fs.normalize(path), split, "shard_ledger.json"))
+    }
 
 
 def default_validation(config: TrainLmConfig) -> dict[str, str]:
@@ -179,18 +206,29 @@ def checkpoint_interval(config: TrainLmConfig, settings: TrainerSettings) -> int
     return max(1, math.ceil(config.num_train_steps / 10))
 
 
-def _record_config(output_path: str, config: TrainLmConfig, model: LlamaConfig,
-                   settings: TrainerSettings) -> None:
+def _record_config(
+    output_path: str, config: TrainLmConfig, model: LlamaConfig, settings: TrainerSettings
+) -> None:
     """Write config.json; a rerun on the same output must train the same thing (its checkpoint
     policy may differ)."""
     path = fs.join(output_path, "config.json")
     previous = fs.read_json_or_none(path)
-    if previous is not None and TrainLmConfig.from_dict(previous["train"]).result_fields() != config.result_fields():
+    if (
+        previous is not None
+        and TrainLmConfig.from_dict(previous["train"]).result_fields() != config.result_fields()
+    ):
         raise TrainInputError(
             f"{path} holds a different training config than this run's; a rerun on the same "
-            "output_path resumes the same run: use a new output_path for a new config")
-    fs.write_json(path, {"train": config.to_dict(), "model": model.to_dict(),
-                         "settings": dataclasses.asdict(settings)})
+            "output_path resumes the same run: use a new output_path for a new config"
+        )
+    fs.write_json(
+        path,
+        {
+            "train": config.to_dict(),
+            "model": model.to_dict(),
+            "settings": dataclasses.asdict(settings),
+        },
+    )
 
 
 @dataclass
@@ -214,9 +252,16 @@ class _Run:
         return self.config.batch_size * self.config.train_seq_len
 
     def evaluate(self, params: Params) -> dict[str, EvalResult]:
-        return run_eval(self.compiled["eval_step"], params, self.eval_sets, self.config.train_seq_len,
-                        self.config.batch_size, self.config.max_eval_batches,
-                        self.compiled["tokens_sharding"], self.model.vocab_size)
+        return run_eval(
+            self.compiled["eval_step"],
+            params,
+            self.eval_sets,
+            self.config.train_seq_len,
+            self.config.batch_size,
+            self.config.max_eval_batches,
+            self.compiled["tokens_sharding"],
+            self.model.vocab_size,
+        )
 
 
 def _set_up(config: TrainLmConfig, settings: TrainerSettings, output_path: str) -> _Run:
@@ -225,21 +270,44 @@ def _set_up(config: TrainLmConfig, settings: TrainerSettings, output_path: str) 
     if config.batch_size % n_devices:
         raise TrainInputError(
             f"batch_size={config.batch_size} is not divisible by the {n_devices} devices of the mesh; "
-            "use a multiple of the device count")
+            "use a multiple of the device count"
+        )
     model = resolve_model(config)
     seq_len = config.train_seq_len
-    data = MixtureDataset(config.datasets, seq_len, config.seed, split=config.train_split,
-                          block_size=config.data_block_size)
+    data = MixtureDataset(
+        config.datasets,
+        seq_len,
+        config.seed,
+        split=config.train_split,
+        block_size=config.data_block_size,
+    )
     validation = config.validation if config.validation is not None else default_validation(config)
     eval_sets = open_eval_sets(validation, seq_len, config.validation_split)
     first = data.batch(0, config.batch_size)
     check_token_ids(first, model.vocab_size, "datasets")
     _record_config(output_path, config, model, settings)
-    compiled = _compiled(model, config.optimizer, config.num_train_steps, settings.compute_dtype,
-                         mesh, settings.parallelism, settings.remat)
-    return _Run(config, settings, model, output_path, data, first, eval_sets, compiled, n_devices,
-                training_flops_per_token(model, seq_len),
-                peak_flops(list(mesh.devices.flat), settings.peak_flops_per_device))
+    compiled = _compiled(
+        model,
+        config.optimizer,
+        config.num_train_steps,
+        settings.compute_dtype,
+        mesh,
+        settings.parallelism,
+        settings.remat,
+    )
+    return _Run(
+        config,
+        settings,
+        model,
+        output_path,
+        data,
+        first,
+        eval_sets,
+        compiled,
+        n_devices,
+        training_flops_per_token(model, seq_len),
+        peak_flops(list(mesh.devices.flat), settings.peak_flops_per_device),
+    )
 
 
 @dataclass
@@ -266,11 +334,17 @@ class _Clock:
 
 # --- the loop -------------------------------------------------------------------------------
 
-def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings | None = None,
-          on_metrics: Callable[[dict[str, Any]], None] | None = None,
-          decode: Callable[[list[int]], str] | None = None,
-          sample_prompt: list[int] | None = None,
-          log: logging.Logger | Any = None) -> TrainResult:
+
+def train(
+    config: TrainLmConfig,
+    output_path: str,
+    *,
+    settings: TrainerSettings | None = None,
+    on_metrics: Callable[[dict[str, Any]], None] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    sample_prompt: list[int] | None = None,
+    log: logging.Logger | Any = None,
+) -> TrainResult:
     """Train (or resume training) the model of `config`; outputs under `output_path`.
 
     `on_metrics` receives each logged row (every `settings.log_every` steps, and
@@ -286,7 +360,8 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
         fs.join(run.output_path, "checkpoints"),
         keep=config.keep if config.keep is not None else settings.keep,
         checkpoint_every_steps=checkpoint_interval(config, settings),
-        checkpoint_every_minutes=settings.checkpoint_every_minutes)
+        checkpoint_every_minutes=settings.checkpoint_every_minutes,
+    )
     metrics_log = MetricsLog(fs.join(run.output_path, "metrics.jsonl"))
     try:
         # Start, or resume from the latest checkpoint.
@@ -295,10 +370,14 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
         if (latest := checkpointer.latest_step()) is not None:
             state, _ = checkpointer.restore(latest, state)
             resumed_from = int(jax.device_get(state["step"]))
-            metrics_log.load_until(resumed_from, drop_eval_at_end=resumed_from >= config.num_train_steps)
-            log.info(f"resumed from step {resumed_from} (the checkpoint in "
-                     f"{checkpointer.step_path(resumed_from)}); "
-                     f"{config.num_train_steps - resumed_from} of {config.num_train_steps} steps to go")
+            metrics_log.load_until(
+                resumed_from, drop_eval_at_end=resumed_from >= config.num_train_steps
+            )
+            log.info(
+                f"resumed from step {resumed_from} (the checkpoint in "
+                f"{checkpointer.step_path(resumed_from)}); "
+                f"{config.num_train_steps - resumed_from} of {config.num_train_steps} steps to go"
+            )
 
         # One step per batch. Metrics stay on the device until a sync point (a log, eval or
         # checkpoint step), so the host does not wait for the device in between.
@@ -326,9 +405,15 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
                 row.update(tokens_per_second=rate, mfu=rate * run.flops_per_token / run.peak_flops)
                 metrics_log.rows[-1] = row
             if is_log:
-                logger.info("step %d/%d loss %.4f lr %.3g grad_norm %.3f%s", done, config.num_train_steps,
-                            row["loss"], row["learning_rate"], row["grad_norm"],
-                            "" if rate is None else f" tokens/s {rate:.0f} MFU {row['mfu']:.2%}")
+                logger.info(
+                    "step %d/%d loss %.4f lr %.3g grad_norm %.3f%s",
+                    done,
+                    config.num_train_steps,
+                    row["loss"],
+                    row["learning_rate"],
+                    row["grad_norm"],
+                    "" if rate is None else f" tokens/s {rate:.0f} MFU {row['mfu']:.2%}",
+                )
                 if on_metrics is not None:
                     on_metrics(row)
             if is_eval and run.eval_sets and not is_last:
@@ -339,14 +424,27 @@ def train(config: TrainLmConfig, output_path: str, *, settings: TrainerSettings 
             clock.restart()
 
         checkpointer.wait()
-        return _finish(run, state, metrics_log, checkpointer, clock, resumed_from,
-                       on_metrics, decode, sample_prompt)
+        return _finish(
+            run,
+            state,
+            metrics_log,
+            checkpointer,
+            clock,
+            resumed_from,
+            on_metrics,
+            decode,
+            sample_prompt,
+        )
     finally:
         checkpointer.close()
 
 
-def _record_metrics(pending: list[tuple[int, dict[str, Any]]], metrics_log: MetricsLog,
-                    checkpointer: Checkpointer, tokens_per_step: int) -> dict[str, Any]:
+def _record_metrics(
+    pending: list[tuple[int, dict[str, Any]]],
+    metrics_log: MetricsLog,
+    checkpointer: Checkpointer,
+    tokens_per_step: int,
+) -> dict[str, Any]:
     """Fetch the pending steps' metrics into the log; stop on a NaN or infinite one. Returns the
     last step's row."""
     fetched = jax.device_get([m for _, m in pending])
@@ -356,22 +454,40 @@ def _record_metrics(pending: list[tuple[int, dict[str, Any]]], metrics_log: Metr
             raise TrainingDivergedError(
                 f"training diverged at step {step}: loss={loss}, grad_norm={gnorm}. The last good "
                 f"checkpoint (step {checkpointer.latest_step()}) is kept in "
-                f"{checkpointer.directory}; lower optimizer.learning_rate or check the data")
-        metrics_log.append({"step": step, "loss": loss, "grad_norm": gnorm,
-                            "learning_rate": float(m["learning_rate"]), "tokens": step * tokens_per_step})
+                f"{checkpointer.directory}; lower optimizer.learning_rate or check the data"
+            )
+        metrics_log.append(
+            {
+                "step": step,
+                "loss": loss,
+                "grad_norm": gnorm,
+                "learning_rate": float(m["learning_rate"]),
+                "tokens": step * tokens_per_step,
+            }
+        )
     return dict(metrics_log.rows[-1])
 
 
-def _log_eval(evals: Mapping[str, EvalResult], step: int, metrics_log: MetricsLog,
-              on_metrics: Callable[[dict[str, Any]], None] | None) -> None:
+def _log_eval(
+    evals: Mapping[str, EvalResult],
+    step: int,
+    metrics_log: MetricsLog,
+    on_metrics: Callable[[dict[str, Any]], None] | None,
+) -> None:
     row: dict[str, Any] = {"step": step}
     for name, r in evals.items():
         row[f"eval/{name}/loss"] = r.loss
         row[f"eval/{name}/perplexity"] = r.perplexity
         if r.bits_per_byte is not None:
             row[f"eval/{name}/bpb"] = r.bits_per_byte
-        logger.info("step %d eval %s: loss %.4f perplexity %.2f%s", step, name, r.loss, r.perplexity,
-                    "" if r.bits_per_byte is None else f" bpb {r.bits_per_byte:.4f}")
+        logger.info(
+            "step %d eval %s: loss %.4f perplexity %.2f%s",
+            step,
+            name,
+            r.loss,
+            r.perplexity,
+            "" if r.bits_per_byte is None else f" bpb {r.bits_per_byte:.4f}",
+        )
     metrics_log.append(row)
     if on_metrics is not None:
         on_metrics(row)
@@ -379,10 +495,18 @@ def _log_eval(evals: Mapping[str, EvalResult], step: int, metrics_log: MetricsLo
 
 # --- the end of the run ---------------------------------------------------------------------
 
-def _finish(run: _Run, state: dict[str, Any], metrics_log: MetricsLog, checkpointer: Checkpointer,
-            clock: _Clock, resumed_from: int | None,
-            on_metrics: Callable[[dict[str, Any]], None] | None,
-            decode: Callable[[list[int]], str] | None, sample_prompt: list[int] | None) -> TrainResult:
+
+def _finish(
+    run: _Run,
+    state: dict[str, Any],
+    metrics_log: MetricsLog,
+    checkpointer: Checkpointer,
+    clock: _Clock,
+    resumed_from: int | None,
+    on_metrics: Callable[[dict[str, Any]], None] | None,
+    decode: Callable[[list[int]], str] | None,
+    sample_prompt: list[int] | None,
+) -> TrainResult:
     """Final eval, parameters, loss curve and sample; the TrainResult written last."""
     final_step = int(jax.device_get(state["step"]))
     evals: dict[str, EvalResult] = {}
@@ -394,32 +518,63 @@ def _finish(run: _Run, state: dict[str, Any], metrics_log: MetricsLog, checkpoin
     train_rows = [r for r in metrics_log.rows if "loss" in r]
     # A run resumed at its end timed nothing: its rate is that of the rows it logged before.
     rates = [r["tokens_per_second"] for r in train_rows if "tokens_per_second" in r]
-    tokens_per_second = (clock.timed_steps * run.tokens_per_step / clock.seconds if clock.seconds > 0
-                         else (float(np.mean(rates)) if rates else None))
+    tokens_per_second = (
+        clock.timed_steps * run.tokens_per_step / clock.seconds
+        if clock.seconds > 0
+        else (float(np.mean(rates)) if rates else None)
+    )
     out = run.output_path
     params_path = fs.join(out, "params.npz")
     save_params(params_path, state["params"])
     fs.write_json(fs.join(out, "model_config.json"), run.model.to_dict())
     curve_path = fs.join(out, "loss_curve.png")
-    eval_points = [(r["step"], r[k]) for r in metrics_log.rows for k in r
-                   if k.startswith("eval/") and k.endswith("/loss")]
-    fs.write_bytes(curve_path, loss_curve_png([(r["step"], r["loss"]) for r in train_rows], eval_points))
+    eval_points = [
+        (r["step"], r[k])
+        for r in metrics_log.rows
+        for k in r
+        if k.startswith("eval/") and k.endswith("/loss")
+    ]
+    fs.write_bytes(
+        curve_path, loss_curve_png([(r["step"], r["loss"]) for r in train_rows], eval_points)
+    )
 
     settings = run.settings
     prompt = sample_prompt or [run.data.components[0].cache.eos_id or int(run.first_batch[0, 0])]
-    sample_ids = generate(state["params"], run.model, prompt, settings.sample_tokens,
-                          temperature=settings.sample_temperature, seed=run.config.seed,
-                          compute_dtype=settings.compute_dtype) if settings.sample_tokens else []
+    sample_ids = (
+        generate(
+            state["params"],
+            run.model,
+            prompt,
+            settings.sample_tokens,
+            temperature=settings.sample_temperature,
+            seed=run.config.seed,
+            compute_dtype=settings.compute_dtype,
+        )
+        if settings.sample_tokens
+        else []
+    )
     result = TrainResult(
-        output_path=out, final_step=final_step,
+        output_path=out,
+        final_step=final_step,
         final_train_loss=train_rows[-1]["loss"] if train_rows else float("nan"),
-        eval=evals, eval_loss=mean_eval_loss(evals), tokens_per_second=tokens_per_second,
-        mfu=None if tokens_per_second is None else tokens_per_second * run.flops_per_token / run.peak_flops,
-        total_tokens=final_step * run.tokens_per_step, num_parameters=run.model.num_parameters(),
-        flops_per_token=run.flops_per_token, peak_flops=run.peak_flops, resumed_from_step=resumed_from,
+        eval=evals,
+        eval_loss=mean_eval_loss(evals),
+        tokens_per_second=tokens_per_second,
+        mfu=None
+        if tokens_per_second is None
+        else tokens_per_second * run.flops_per_token / run.peak_flops,
+        total_tokens=final_step * run.tokens_per_step,
+        num_parameters=run.model.num_parameters(),
+        flops_per_token=run.flops_per_token,
+        peak_flops=run.peak_flops,
+        resumed_from_step=resumed_from,
         sample_text=None if decode is None or not sample_ids else decode(prompt + sample_ids),
-        sample_ids=sample_ids, params_path=params_path, metrics_path=metrics_log.path,
-        loss_curve_path=curve_path, checkpoint_path=checkpointer.step_path(final_step),
-        num_devices=run.n_devices)
+        sample_ids=sample_ids,
+        params_path=params_path,
+        metrics_path=metrics_log.path,
+        loss_curve_path=curve_path,
+        checkpoint_path=checkpointer.step_path(final_step),
+        num_devices=run.n_devices,
+    )
     fs.write_json(fs.join(out, "train_result.json"), result.to_dict())
     return result

@@ -73,7 +73,8 @@ class TokenizeOptions:
     def __post_init__(self) -> None:
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ValueError(
-                f"validation_fraction must be in [0, 1), got {self.validation_fraction}")
+                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
+            )
 
 
 @dataclass(frozen=True)
@@ -166,10 +167,19 @@ def _batches(docs: Iterable[Document]) -> Iterable[list[Document]]:
         yield batch
 
 
-def tokenize_shard(records: Iterable[tuple[int, Any]], source: str, shard_index: int,
-                   output_path: str, tokenizer: Tokenizer, options: TokenizeOptions, *,
-                   dtype: Any, eos_id: int | None, split: str = TRAIN,
-                   limit: int | None = None) -> ShardResult:
+def tokenize_shard(
+    records: Iterable[tuple[int, Any]],
+    source: str,
+    shard_index: int,
+    output_path: str,
+    tokenizer: Tokenizer,
+    options: TokenizeOptions,
+    *,
+    dtype: Any,
+    eos_id: int | None,
+    split: str = TRAIN,
+    limit: int | None = None,
+) -> ShardResult:
     """Tokenize ``(record_index, record)`` pairs of one input shard into its cache shard(s).
 
     Pure in its inputs: the shard's bytes depend only on the records, the
@@ -182,8 +192,15 @@ def tokenize_shard(records: Iterable[tuple[int, Any]], source: str, shard_index:
     eos = None if not options.append_eos else np.array([eos_id], dtype=np.dtype(dtype))
     writers = {s: TokenCacheShardWriter(d, dtype=dtype) for s, d in dirs.items()}
     counts = RecordCounts()
-    docs = iter_documents(records, source, options.text_key, options.id_key,
-                          skip_bad_records=options.skip_bad_records, counts=counts, limit=limit)
+    docs = iter_documents(
+        records,
+        source,
+        options.text_key,
+        options.id_key,
+        skip_bad_records=options.skip_bad_records,
+        counts=counts,
+        limit=limit,
+    )
     holdout = VALIDATION in writers and split == TRAIN
     for batch in _batches(docs):
         encodings = tokenizer.encode_batch_fast([d.text for d in batch], add_special_tokens=False)
@@ -191,20 +208,30 @@ def tokenize_shard(records: Iterable[tuple[int, Any]], source: str, shard_index:
             ids = np.asarray(enc.ids, dtype=np.int64)
             if eos is not None:
                 ids = np.concatenate([ids, eos])
-            target = VALIDATION if holdout and held_out(doc.doc_id, options.validation_fraction) \
+            target = (
+                VALIDATION
+                if holdout and held_out(doc.doc_id, options.validation_fraction)
                 else split
+            )
             writers[target].add(ids, num_bytes=doc.num_bytes)
-    result = ShardResult(task, processed=True, num_records=counts.records,
-                         num_empty=counts.empty, num_bad=counts.bad)
+    result = ShardResult(
+        task, processed=True, num_records=counts.records, num_empty=counts.empty, num_bad=counts.bad
+    )
     # The first split's marker carries the record counts; writing the primary
     # split last means its .success marks the whole task as done.
     order = [s for s in writers if s != split] + [split]
     for s in order:
-        extra = ({"num_records": counts.records, "num_empty": counts.empty, "num_bad": counts.bad}
-                 if s == split else None)
+        extra = (
+            {"num_records": counts.records, "num_empty": counts.empty, "num_bad": counts.bad}
+            if s == split
+            else None
+        )
         stats = writers[s].finish(extra)
-        result.splits[s] = {"num_tokens": stats["num_tokens"], "num_docs": stats["num_docs"],
-                            "num_bytes": stats["bytes"]}
+        result.splits[s] = {
+            "num_tokens": stats["num_tokens"],
+            "num_docs": stats["num_docs"],
+            "num_bytes": stats["bytes"],
+        }
     return result
 
 
@@ -213,12 +240,19 @@ def _finished_result(task: ShardTask, dirs: dict[str, str]) -> ShardResult | Non
     if any(m is None for m in markers.values()):
         return None
     primary = markers[task.split]
-    result = ShardResult(task, processed=False, num_records=int(primary.get("num_records", 0)),
-                         num_empty=int(primary.get("num_empty", 0)),
-                         num_bad=int(primary.get("num_bad", 0)))
+    result = ShardResult(
+        task,
+        processed=False,
+        num_records=int(primary.get("num_records", 0)),
+        num_empty=int(primary.get("num_empty", 0)),
+        num_bad=int(primary.get("num_bad", 0)),
+    )
     for s, m in markers.items():
-        result.splits[s] = {"num_tokens": int(m["num_tokens"]), "num_docs": int(m["num_docs"]),
-                            "num_bytes": int(m.get("bytes", 0))}
+        result.splits[s] = {
+            "num_tokens": int(m["num_tokens"]),
+            "num_docs": int(m["num_docs"]),
+            "num_bytes": int(m.get("bytes", 0)),
+        }
     return result
 
 
@@ -247,9 +281,18 @@ def run_shard_job(job: ShardJob) -> ShardResult:
         # Read once, when the process first encodes; a user's own setting wins.
         os.environ.setdefault("RAYON_NUM_THREADS", str(job.threads))
     tok = _tokenizer_from_json(job.tokenizer_json)
-    return tokenize_shard(read_records(job.task.source), job.task.source, job.task.shard_index,
-                          job.output_path, tok, job.options, dtype=job.dtype, eos_id=job.eos_id,
-                          split=job.task.split, limit=job.task.limit)
+    return tokenize_shard(
+        read_records(job.task.source),
+        job.task.source,
+        job.task.shard_index,
+        job.output_path,
+        tok,
+        job.options,
+        dtype=job.dtype,
+        eos_id=job.eos_id,
+        split=job.task.split,
+        limit=job.task.limit,
+    )
 
 
 # --- planning and the driver ----------------------------------------------------
@@ -264,7 +307,9 @@ def expand_sources(sources: str | Sequence[str]) -> list[str]:
             fsys, p = fs.url_to_fs(pattern)
             matches = sorted(fsys.glob(p))
             protocol = pattern.split("://", 1)[0] + "://" if "://" in pattern else ""
-            found = [protocol + m if protocol and not m.startswith(protocol) else m for m in matches]
+            found = [
+                protocol + m if protocol and not m.startswith(protocol) else m for m in matches
+            ]
             if not found:
                 raise FileNotFoundError(f"no input files match {pattern!r}")
             files.extend(f for f in found if not fs.is_temp_name(f))
@@ -277,8 +322,9 @@ def expand_sources(sources: str | Sequence[str]) -> list[str]:
     return files
 
 
-def _sample_limits(files: Sequence[str], sample_count: int | None,
-                   options: TokenizeOptions) -> list[int | None]:
+def _sample_limits(
+    files: Sequence[str], sample_count: int | None, options: TokenizeOptions
+) -> list[int | None]:
     """Per-file document limits that make up the first ``sample_count`` documents."""
     if sample_count is None:
         return [None] * len(files)
@@ -290,16 +336,29 @@ def _sample_limits(files: Sequence[str], sample_count: int | None,
         if remaining == 0:
             limits.append(0)
             continue
-        n = sum(1 for _ in iter_documents(read_records(path), path, options.text_key,
-                                          options.id_key, skip_bad_records=options.skip_bad_records,
-                                          limit=remaining))
+        n = sum(
+            1
+            for _ in iter_documents(
+                read_records(path),
+                path,
+                options.text_key,
+                options.id_key,
+                skip_bad_records=options.skip_bad_records,
+                limit=remaining,
+            )
+        )
         limits.append(n)
         remaining -= n
     return limits
 
 
-def run_jobs(jobs: Sequence[ShardJob], max_workers: int | None, backend: str = "local",
-             context: ZephyrContext | None = None, **context_options: Any) -> list[ShardResult]:
+def run_jobs(
+    jobs: Sequence[ShardJob],
+    max_workers: int | None,
+    backend: str = "local",
+    context: ZephyrContext | None = None,
+    **context_options: Any,
+) -> list[ShardResult]:
     """Run the shard jobs as one Zephyr stage, one shard per job; results in job order.
 
     On `context` when given (the caller's workers, backend and progress), else on a
@@ -332,18 +391,29 @@ def resolve_dtype(tok: Tokenizer, dtype: Any | None) -> np.dtype:
     if size - 1 > np.iinfo(dt).max:
         raise ValueError(
             f"the tokenizer's vocabulary ({size} ids) does not fit {dt.name} token ids "
-            f"(max id {np.iinfo(dt).max}); use dtype='uint32' or leave dtype unset")
+            f"(max id {np.iinfo(dt).max}); use dtype='uint32' or leave dtype unset"
+        )
     return dt
 
 
-def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokenizer,
-                      output_path: str, *, text_key: str = "text", id_key: str | None = "id",
-                      append_eos: bool = True, eos_token: str | None = None,
-                      sample_count: int | None = None, validation_fraction: float = 0.0,
-                      validation_files: str | Sequence[str] | None = None,
-                      skip_bad_records: bool = False, dtype: Any | None = None,
-                      max_workers: int | None = None, backend: str = "local",
-                      context: ZephyrContext | None = None) -> TokenCacheStats:
+def build_token_cache(
+    source_files: str | Sequence[str],
+    tokenizer: str | Tokenizer,
+    output_path: str,
+    *,
+    text_key: str = "text",
+    id_key: str | None = "id",
+    append_eos: bool = True,
+    eos_token: str | None = None,
+    sample_count: int | None = None,
+    validation_fraction: float = 0.0,
+    validation_files: str | Sequence[str] | None = None,
+    skip_bad_records: bool = False,
+    dtype: Any | None = None,
+    max_workers: int | None = None,
+    backend: str = "local",
+    context: ZephyrContext | None = None,
+) -> TokenCacheStats:
     """Tokenize ``source_files`` into a token cache at ``output_path``; resumable by shard.
 
     ``tokenizer``: a Tokenizer, a tokenizer.json path, a directory holding one,
@@ -358,9 +428,13 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
         max_workers, backend = context.max_workers, context.backend_name
     if validation_files is not None and validation_fraction > 0:
         raise ValueError("give either validation_fraction or validation_files, not both")
-    options = TokenizeOptions(text_key=text_key, id_key=id_key, append_eos=append_eos,
-                              validation_fraction=validation_fraction,
-                              skip_bad_records=skip_bad_records)
+    options = TokenizeOptions(
+        text_key=text_key,
+        id_key=id_key,
+        append_eos=append_eos,
+        validation_fraction=validation_fraction,
+        skip_bad_records=skip_bad_records,
+    )
     output_path = fs.normalize(output_path)
     # Everything that can be wrong with the tokenizer fails before any work.
     tok = load_tokenizer(tokenizer)
@@ -369,12 +443,15 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
     if append_eos and eos_id is None:
         raise ValueError(
             "append_eos=True but the tokenizer has no end-of-document token (looked for "
-            "<|endoftext|>, </s>, <|end_of_text|>, <eos>); pass eos_token=... or append_eos=False")
+            "<|endoftext|>, </s>, <|end_of_text|>, <eos>); pass eos_token=... or append_eos=False"
+        )
     files = expand_sources(source_files)
     val_files = expand_sources(validation_files) if validation_files is not None else []
 
     limits = _sample_limits(files, sample_count, options)
-    tasks = [ShardTask(f, i, TRAIN, lim) for i, (f, lim) in enumerate(zip(files, limits, strict=True))]
+    tasks = [
+        ShardTask(f, i, TRAIN, lim) for i, (f, lim) in enumerate(zip(files, limits, strict=True))
+    ]
     tasks += [ShardTask(f, i, VALIDATION) for i, f in enumerate(val_files)]
     tokenizer_json = tok.to_str()
     eos_for_jobs = eos_id if append_eos else None
@@ -382,11 +459,18 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
     if backend == "local" and tasks:
         cores = os.cpu_count() or 1
         threads = max(1, cores // max(1, min(max_workers or cores, len(tasks))))
-    jobs = [ShardJob(t, output_path, tokenizer_json, options, dt.name, eos_for_jobs, threads)
-            for t in tasks]
+    jobs = [
+        ShardJob(t, output_path, tokenizer_json, options, dt.name, eos_for_jobs, threads)
+        for t in tasks
+    ]
 
-    logger.info("tokenizing %d shards into %s (%s backend, max_workers=%s)", len(jobs),
-                output_path, backend, max_workers)
+    logger.info(
+        "tokenizing %d shards into %s (%s backend, max_workers=%s)",
+        len(jobs),
+        output_path,
+        backend,
+        max_workers,
+    )
     results = run_jobs(jobs, max_workers, backend, context)
 
     ledgers: dict[str, dict[str, Any]] = {}
@@ -401,15 +485,30 @@ def build_token_cache(source_files: str | Sequence[str], tokenizer: str | Tokeni
     processed = sum(r.processed for r in results)
     stats = TokenCacheStats(
         output_path=output_path,
-        splits={s: {"num_tokens": int(lg["num_tokens"]), "num_docs": int(lg["num_docs"]),
-                    "num_bytes": int(lg["num_bytes"]), "num_shards": len(lg["shards"])}
-                for s, lg in ledgers.items()},
-        dtype=dt.name, eos_id=eos_for_jobs, vocab_size=vocab_size(tok),
-        shards_total=len(results), shards_processed=processed,
+        splits={
+            s: {
+                "num_tokens": int(lg["num_tokens"]),
+                "num_docs": int(lg["num_docs"]),
+                "num_bytes": int(lg["num_bytes"]),
+                "num_shards": len(lg["shards"]),
+            }
+            for s, lg in ledgers.items()
+        },
+        dtype=dt.name,
+        eos_id=eos_for_jobs,
+        vocab_size=vocab_size(tok),
+        shards_total=len(results),
+        shards_processed=processed,
         shards_skipped=len(results) - processed,
         num_records=sum(r.num_records for r in results),
         num_empty=sum(r.num_empty for r in results),
-        num_bad=sum(r.num_bad for r in results))
-    logger.info("token cache %s: %s (%d shards processed, %d already done)", output_path,
-                stats.splits, stats.shards_processed, stats.shards_skipped)
+        num_bad=sum(r.num_bad for r in results),
+    )
+    logger.info(
+        "token cache %s: %s (%d shards processed, %d already done)",
+        output_path,
+        stats.splits,
+        stats.shards_processed,
+        stats.shards_skipped,
+    )
     return stats

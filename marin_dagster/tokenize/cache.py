@@ -86,8 +86,9 @@ def _canonical_dtype(dtype: Any) -> np.dtype:
 def _npy_header(dtype: np.dtype, length: int) -> bytes:
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(
-        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-              "shape": (length,)})
+        buf,
+        {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)},
+    )
     return buf.getvalue()
 
 
@@ -155,7 +156,8 @@ class TokenCacheShardWriter:
                 raise ValueError(
                     f"token id {hi if hi > self._max_id else lo} does not fit the cache dtype "
                     f"{self.dtype.name} (0..{self._max_id}); use uint32 for vocabularies "
-                    "over 65536 tokens")
+                    "over 65536 tokens"
+                )
             arr = arr.astype(self.dtype, copy=False)
             self._buffer.append(arr)
             self._buffered += arr.size
@@ -197,8 +199,12 @@ class TokenCacheShardWriter:
             if self.num_docs:
                 np.cumsum(np.frombuffer(self._lengths, dtype=np.int64), out=offsets[1:])
             _save_npy(fs.join(self.shard_dir, OFFSETS_NAME), offsets)
-            stats = {**(extra or {}), "num_tokens": self.num_tokens, "num_docs": self.num_docs,
-                     "bytes": self.num_bytes}
+            stats = {
+                **(extra or {}),
+                "num_tokens": self.num_tokens,
+                "num_docs": self.num_docs,
+                "bytes": self.num_bytes,
+            }
             fs.write_json(fs.join(self.shard_dir, SUCCESS_NAME), stats)
             return stats
         finally:
@@ -218,8 +224,9 @@ class TokenCacheShardWriter:
             self._spool = None
 
 
-def finalize_split(split_dir: str, shards: Sequence[str], dtype: Any,
-                   eos_id: int | None) -> dict[str, Any]:
+def finalize_split(
+    split_dir: str, shards: Sequence[str], dtype: Any, eos_id: int | None
+) -> dict[str, Any]:
     """Write ``shard_ledger.json`` for a split whose shards all have ``.success``.
 
     ``shards`` are shard directory names (``part-00000``) in stream order.
@@ -231,7 +238,8 @@ def finalize_split(split_dir: str, shards: Sequence[str], dtype: Any,
         if marker is None:
             raise RuntimeError(
                 f"cannot finalize {split_dir}: shard {name} has no {SUCCESS_NAME}; "
-                "finish building every shard first (rerun the build, it resumes)")
+                "finish building every shard first (rerun the build, it resumes)"
+            )
         shard_tokens.append(int(marker["num_tokens"]))
         shard_docs.append(int(marker["num_docs"]))
         num_bytes += int(marker.get("bytes", 0))
@@ -252,9 +260,14 @@ def finalize_split(split_dir: str, shards: Sequence[str], dtype: Any,
 
 def write_cache_stats(cache_dir: str, ledgers: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Write ``{cache}/.stats.json`` from each split's ledger."""
-    stats = {split: {"num_tokens": int(ledger["num_tokens"]), "num_docs": int(ledger["num_docs"]),
-                     "num_bytes": int(ledger.get("num_bytes", 0))}
-             for split, ledger in ledgers.items()}
+    stats = {
+        split: {
+            "num_tokens": int(ledger["num_tokens"]),
+            "num_docs": int(ledger["num_docs"]),
+            "num_bytes": int(ledger.get("num_bytes", 0)),
+        }
+        for split, ledger in ledgers.items()
+    }
     fs.write_json(fs.join(cache_dir, STATS_NAME), stats)
     return stats
 
@@ -292,7 +305,8 @@ class _Shard:
             if ids.ndim != 1 or ids.shape[0] != self.num_tokens:
                 raise ValueError(
                     f"{self.path}/{INPUT_IDS_NAME} has shape {ids.shape}, the ledger says "
-                    f"{self.num_tokens} tokens: the cache is corrupt, rebuild it")
+                    f"{self.num_tokens} tokens: the cache is corrupt, rebuild it"
+                )
             self._ids = ids
         return self._ids
 
@@ -303,7 +317,8 @@ class _Shard:
             if offsets.shape != (self.num_docs + 1,):
                 raise ValueError(
                     f"{self.path}/{OFFSETS_NAME} has shape {offsets.shape}, the ledger says "
-                    f"{self.num_docs} documents: the cache is corrupt, rebuild it")
+                    f"{self.num_docs} documents: the cache is corrupt, rebuild it"
+                )
             self._offsets = offsets
         return self._offsets
 
@@ -327,13 +342,22 @@ class TokenCache:
             markers = [fs.read_json(fs.join(split_dir, n, SUCCESS_NAME)) for n in names]
             tokens = [int(m["num_tokens"]) for m in markers]
             docs = [int(m["num_docs"]) for m in markers]
-        self._shards = [_Shard(fs.join(split_dir, n), int(t), int(d))
-                        for n, t, d in zip(names, tokens, docs, strict=True)]
+        self._shards = [
+            _Shard(fs.join(split_dir, n), int(t), int(d))
+            for n, t, d in zip(names, tokens, docs, strict=True)
+        ]
         # Cumulative starts, with a final entry equal to the total.
-        self._token_starts = np.concatenate([[0], np.cumsum(tokens, dtype=np.int64)]).astype(np.int64)
+        self._token_starts = np.concatenate([[0], np.cumsum(tokens, dtype=np.int64)]).astype(
+            np.int64
+        )
         self._doc_starts = np.concatenate([[0], np.cumsum(docs, dtype=np.int64)]).astype(np.int64)
-        if int(self._token_starts[-1]) != self.num_tokens or int(self._doc_starts[-1]) != self.num_docs:
-            raise ValueError(f"{split_dir}/{LEDGER_NAME}: per-shard counts do not add up to the totals")
+        if (
+            int(self._token_starts[-1]) != self.num_tokens
+            or int(self._doc_starts[-1]) != self.num_docs
+        ):
+            raise ValueError(
+                f"{split_dir}/{LEDGER_NAME}: per-shard counts do not add up to the totals"
+            )
 
     @classmethod
     def open(cls, path: str, split: str = "train") -> TokenCache:
@@ -344,7 +368,8 @@ class TokenCache:
         if ledger is None:
             raise FileNotFoundError(
                 f"no token cache split at {split_dir}: {ledger_path} is missing "
-                "(the cache was never built, or the build did not finish; build or rerun it)")
+                "(the cache was never built, or the build did not finish; build or rerun it)"
+            )
         if not ledger.get("finished"):
             raise RuntimeError(f"{ledger_path} is not marked finished; rerun the cache build")
         return cls(split_dir, ledger)
@@ -371,7 +396,7 @@ class TokenCache:
             offsets = np.asarray(shard.offsets)
             ids = shard.ids
             for k in range(shard.num_docs):
-                yield np.asarray(ids[offsets[k]:offsets[k + 1]])
+                yield np.asarray(ids[offsets[k] : offsets[k + 1]])
 
     @property
     def num_shards(self) -> int:
@@ -395,13 +420,16 @@ class TokenCache:
             shard_hi = int(self._token_starts[s + 1])
             take = min(stop, shard_hi) - pos
             if take > 0:
-                out[pos - start:pos - start + take] = self._shards[s].ids[pos - shard_lo:pos - shard_lo + take]
+                out[pos - start : pos - start + take] = self._shards[s].ids[
+                    pos - shard_lo : pos - shard_lo + take
+                ]
                 pos += take
             s += 1
         return out
 
-    def sequence_order(self, seq_len: int, seed: int, epoch: int,
-                       shuffle: bool = True) -> np.ndarray:
+    def sequence_order(
+        self, seq_len: int, seed: int, epoch: int, shuffle: bool = True
+    ) -> np.ndarray:
         """The order sequences are visited in during ``epoch``."""
         n = self.num_sequences(seq_len)
         if not shuffle:
@@ -427,7 +455,7 @@ class TokenCache:
             ids = self._shards[int(s)].ids
             if rows.size == 1:
                 lo = int(local[0])
-                out[rows[0]] = ids[lo:lo + seq_len]
+                out[rows[0]] = ids[lo : lo + seq_len]
             else:
                 out[rows] = ids[local[:, None] + np.arange(seq_len, dtype=np.int64)[None, :]]
         # The few sequences that straddle shard boundaries.
@@ -435,9 +463,16 @@ class TokenCache:
             out[r] = self.tokens(int(starts[r]), int(starts[r]) + seq_len)
         return out
 
-    def packed_sequences(self, seq_len: int, seed: int = 0, start: int = 0, *,
-                         shuffle: bool = True, epochs: int | None = None,
-                         block: int = 256) -> Iterator[np.ndarray]:
+    def packed_sequences(
+        self,
+        seq_len: int,
+        seed: int = 0,
+        start: int = 0,
+        *,
+        shuffle: bool = True,
+        epochs: int | None = None,
+        block: int = 256,
+    ) -> Iterator[np.ndarray]:
         """Packed ``seq_len`` int32 sequences, seeded and resumable.
 
         Position ``k`` (counting across epochs) is sequence
@@ -447,36 +482,63 @@ class TokenCache:
         uses a fresh permutation from ``(seed, epoch)``. Reads ``block``
         sequences at a time with vectorized gathers.
         """
-        for batch in self._packed_blocks(seq_len, block, seed, start, shuffle, epochs,
-                                         allow_partial=True):
+        for batch in self._packed_blocks(
+            seq_len, block, seed, start, shuffle, epochs, allow_partial=True
+        ):
             yield from batch
 
-    def packed_batches(self, seq_len: int, batch_size: int, seed: int = 0, start: int = 0, *,
-                       shuffle: bool = True, epochs: int | None = None) -> Iterator[np.ndarray]:
+    def packed_batches(
+        self,
+        seq_len: int,
+        batch_size: int,
+        seed: int = 0,
+        start: int = 0,
+        *,
+        shuffle: bool = True,
+        epochs: int | None = None,
+    ) -> Iterator[np.ndarray]:
         """``(batch_size, seq_len)`` int32 arrays of the same stream as :meth:`packed_sequences`.
 
         ``start`` is a sequence position (not a batch index). A batch may span
         an epoch boundary; with ``epochs`` set, a final partial batch is dropped.
         """
-        return self._packed_blocks(seq_len, batch_size, seed, start, shuffle, epochs,
-                                   allow_partial=False)
+        return self._packed_blocks(
+            seq_len, batch_size, seed, start, shuffle, epochs, allow_partial=False
+        )
 
-    def _packed_blocks(self, seq_len: int, block: int, seed: int, start: int, shuffle: bool,
-                       epochs: int | None, allow_partial: bool) -> Iterator[np.ndarray]:
+    def _packed_blocks(
+        self,
+        seq_len: int,
+        block: int,
+        seed: int,
+        start: int,
+        shuffle: bool,
+        epochs: int | None,
+        allow_partial: bool,
+    ) -> Iterator[np.ndarray]:
         n = self.num_sequences(seq_len)
         if n == 0:
             raise ValueError(
                 f"the cache at {self.path} holds {self.num_tokens} tokens, fewer than one "
-                f"sequence of {seq_len}; use a shorter seq_len or more data")
+                f"sequence of {seq_len}; use a shorter seq_len or more data"
+            )
         if start < 0:
             raise ValueError(f"start must be >= 0, got {start}")
         if block <= 0:
             raise ValueError(f"batch size must be positive, got {block}")
         return self._iter_blocks(n, seq_len, block, seed, start, shuffle, epochs, allow_partial)
 
-    def _iter_blocks(self, n: int, seq_len: int, block: int, seed: int, start: int,
-                     shuffle: bool, epochs: int | None,
-                     allow_partial: bool) -> Iterator[np.ndarray]:
+    def _iter_blocks(
+        self,
+        n: int,
+        seq_len: int,
+        block: int,
+        seed: int,
+        start: int,
+        shuffle: bool,
+        epochs: int | None,
+        allow_partial: bool,
+    ) -> Iterator[np.ndarray]:
         end = None if epochs is None else epochs * n
         pos = start
         order_epoch, order = -1, np.empty(0, dtype=np.int64)
@@ -491,7 +553,7 @@ class TokenCache:
                 if epoch != order_epoch:
                     order_epoch, order = epoch, self.sequence_order(seq_len, seed, epoch, shuffle)
                 take = min(want - got, n - k)
-                picks.append(order[k:k + take])
+                picks.append(order[k : k + take])
                 pos += take
                 got += take
             yield self.sequences(np.concatenate(picks), seq_len)

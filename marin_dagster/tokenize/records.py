@@ -32,7 +32,8 @@ class BadRecordError(ValueError):
         self.reason = reason
         super().__init__(
             f"{source}: record {record_index} (line {record_index + 1} for JSONL): {reason}. "
-            "Fix the input, or set skip_bad_records=True to skip such records and count them.")
+            "Fix the input, or set skip_bad_records=True to skip such records and count them."
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Raised in workers and sent back to the driver: pickle the fields, not the message.
@@ -83,7 +84,8 @@ def read_records(path: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord | 
     if not (base.endswith(".jsonl") or base.endswith(".json") or base.endswith(".ndjson")):
         raise ValueError(
             f"{path}: unsupported input format; the token cache reads JSON lines "
-            "(.jsonl, .jsonl.gz, .jsonl.zst) and Parquet (.parquet)")
+            "(.jsonl, .jsonl.gz, .jsonl.zst) and Parquet (.parquet)"
+        )
     with open_input(path) as f:
         for index, raw in enumerate(f):
             if not raw.strip():
@@ -106,10 +108,16 @@ def document_id(record: dict[str, Any], id_key: str | None, text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def iter_documents(records: Iterable[tuple[int, Any]], source: str, text_key: str = "text",
-                   id_key: str | None = "id", *, skip_bad_records: bool = False,
-                   counts: RecordCounts | None = None, limit: int | None = None,
-                   ) -> Iterator[Document]:
+def iter_documents(
+    records: Iterable[tuple[int, Any]],
+    source: str,
+    text_key: str = "text",
+    id_key: str | None = "id",
+    *,
+    skip_bad_records: bool = False,
+    counts: RecordCounts | None = None,
+    limit: int | None = None,
+) -> Iterator[Document]:
     """Non-empty documents of ``records`` (from ``read_records(source)``), at most ``limit``.
 
     Bad records raise BadRecordError, or with ``skip_bad_records`` are counted
@@ -130,8 +138,10 @@ def iter_documents(records: Iterable[tuple[int, Any]], source: str, text_key: st
         elif text_key not in record:
             reason = f"no field {text_key!r} (the record's keys: {sorted(record)[:20]})"
         elif not isinstance(record[text_key], str):
-            reason = (f"field {text_key!r} is {type(record[text_key]).__name__}, not a string "
-                      f"(the record's keys: {sorted(record)[:20]})")
+            reason = (
+                f"field {text_key!r} is {type(record[text_key]).__name__}, not a string "
+                f"(the record's keys: {sorted(record)[:20]})"
+            )
         else:
             text = record[text_key]
         num_bytes = 0
@@ -139,7 +149,9 @@ def iter_documents(records: Iterable[tuple[int, Any]], source: str, text_key: st
             try:
                 num_bytes = len(text.encode("utf-8"))
             except UnicodeEncodeError as e:
-                reason = f"field {text_key!r} is not valid Unicode ({e.reason} at character {e.start})"
+                reason = (
+                    f"field {text_key!r} is not valid Unicode ({e.reason} at character {e.start})"
+                )
         if reason is not None:
             if not skip_bad_records:
                 raise BadRecordError(source, index, reason)
@@ -164,10 +176,17 @@ def held_out(doc_id: str, fraction: float) -> bool:
     return int.from_bytes(digest, "big") < fraction * (1 << 64)
 
 
-def iter_texts(paths: Iterable[str], text_key: str = "text", id_key: str | None = "id", *,
-               skip_bad_records: bool = False, counts: RecordCounts | None = None,
-               held_out_fraction: float = 0.0, held_out_docs: list[Document] | None = None,
-               max_held_out: int = 0) -> Iterator[str]:
+def iter_texts(
+    paths: Iterable[str],
+    text_key: str = "text",
+    id_key: str | None = "id",
+    *,
+    skip_bad_records: bool = False,
+    counts: RecordCounts | None = None,
+    held_out_fraction: float = 0.0,
+    held_out_docs: list[Document] | None = None,
+    max_held_out: int = 0,
+) -> Iterator[str]:
     """Document texts of ``paths`` in order, streamed (one record in memory at a time).
 
     With ``held_out_fraction``, documents whose id hashes into that fraction
@@ -175,11 +194,16 @@ def iter_texts(paths: Iterable[str], text_key: str = "text", id_key: str | None 
     ``held_out_docs`` instead (a bounded sample for evaluating a tokenizer).
     """
     for path in paths:
-        for doc in iter_documents(read_records(path), path, text_key, id_key,
-                                  skip_bad_records=skip_bad_records, counts=counts):
+        for doc in iter_documents(
+            read_records(path),
+            path,
+            text_key,
+            id_key,
+            skip_bad_records=skip_bad_records,
+            counts=counts,
+        ):
             if held_out_fraction > 0 and held_out(doc.doc_id, held_out_fraction):
                 if held_out_docs is not None and len(held_out_docs) < max_held_out:
                     held_out_docs.append(doc)
                 continue
             yield doc.text
-

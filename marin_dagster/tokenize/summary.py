@@ -11,8 +11,9 @@ from marin_dagster.tokenize.cache import LEDGER_NAME, TokenCache, read_cache_sta
 from marin_dagster.tokenize.tokenizer import load_tokenizer
 
 
-def decoded_samples(cache: TokenCache, tokenizer: str | Tokenizer, n: int = 3,
-                    max_chars: int = 300) -> list[str]:
+def decoded_samples(
+    cache: TokenCache, tokenizer: str | Tokenizer, n: int = 3, max_chars: int = 300
+) -> list[str]:
     """The first characters of ``n`` documents spread over the split, decoded."""
     tok = load_tokenizer(tokenizer)
     if len(cache) == 0 or n <= 0:
@@ -26,8 +27,9 @@ def decoded_samples(cache: TokenCache, tokenizer: str | Tokenizer, n: int = 3,
     return out
 
 
-def summarize_cache(path: str, tokenizer: str | Tokenizer, n_samples: int = 3,
-                    max_chars: int = 300) -> dict[str, Any]:
+def summarize_cache(
+    path: str, tokenizer: str | Tokenizer, n_samples: int = 3, max_chars: int = 300
+) -> dict[str, Any]:
     """Totals per split (from .stats.json), bytes per token, decoded samples as markdown."""
     stats = read_cache_stats(path)
     if stats is None:

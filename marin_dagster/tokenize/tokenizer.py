@@ -55,12 +55,14 @@ class BpeTrainingConfig:
         if self.vocab_size < 256 + len(self.special_tokens):
             raise ValueError(
                 f"vocab_size {self.vocab_size} is too small: a byte-level BPE needs the 256 "
-                f"byte symbols plus {len(self.special_tokens)} special tokens")
+                f"byte symbols plus {len(self.special_tokens)} special tokens"
+            )
         if self.min_frequency < 1:
             raise ValueError(f"min_frequency must be >= 1, got {self.min_frequency}")
         if self.eos_token and self.eos_token not in self.special_tokens:
             raise ValueError(
-                f"eos_token {self.eos_token!r} must be one of special_tokens {list(self.special_tokens)}")
+                f"eos_token {self.eos_token!r} must be one of special_tokens {list(self.special_tokens)}"
+            )
 
 
 @dataclass
@@ -85,8 +87,9 @@ def new_byte_level_bpe() -> Tokenizer:
     return tok
 
 
-def _batched(texts: Iterable[str], size: int, limit: int | None,
-             counts: dict[str, int]) -> Iterator[list[str]]:
+def _batched(
+    texts: Iterable[str], size: int, limit: int | None, counts: dict[str, int]
+) -> Iterator[list[str]]:
     batch: list[str] = []
     for text in texts:
         if limit is not None and counts["documents"] >= limit:
@@ -94,7 +97,8 @@ def _batched(texts: Iterable[str], size: int, limit: int | None,
         if not isinstance(text, str):
             raise TypeError(
                 f"tokenizer training text #{counts['documents']} is {type(text).__name__}, "
-                "not str: give an iterator of strings (the source's text field)")
+                "not str: give an iterator of strings (the source's text field)"
+            )
         counts["documents"] += 1
         counts["bytes"] += len(text.encode("utf-8", errors="surrogatepass"))
         batch.append(text)
@@ -116,8 +120,9 @@ def train_bpe(texts: Iterable[str], config: BpeTrainingConfig) -> tuple[Tokenize
         show_progress=False,
     )
     counts = {"documents": 0, "bytes": 0}
-    tok.train_from_iterator(_batched(texts, _TRAIN_BATCH, config.max_documents, counts),
-                            trainer=trainer)
+    tok.train_from_iterator(
+        _batched(texts, _TRAIN_BATCH, config.max_documents, counts), trainer=trainer
+    )
     if counts["documents"] == 0:
         raise ValueError("no training text: the source yielded no documents")
     info = {
@@ -139,8 +144,9 @@ def save_tokenizer(tok: Tokenizer, output_dir: str, config: dict[str, Any]) -> T
     return TrainedTokenizer(tok, output_dir, config)
 
 
-def train_tokenizer(texts: Iterable[str], output_dir: str,
-                    config: BpeTrainingConfig | None = None, **overrides: Any) -> TrainedTokenizer:
+def train_tokenizer(
+    texts: Iterable[str], output_dir: str, config: BpeTrainingConfig | None = None, **overrides: Any
+) -> TrainedTokenizer:
     """Train a byte-level BPE on ``texts`` (streamed) and save it under ``output_dir``.
 
     ``overrides`` are BpeTrainingConfig fields (vocab_size=..., special_tokens=...).
@@ -154,12 +160,19 @@ def train_tokenizer(texts: Iterable[str], output_dir: str,
     return save_tokenizer(tok, output_dir, info)
 
 
-def train_tokenizer_from_files(source_files: Sequence[str], output_dir: str,
-                               config: BpeTrainingConfig | None = None, *,
-                               text_key: str = "text", id_key: str | None = "id",
-                               held_out_fraction: float = 0.05, max_held_out_docs: int = 16,
-                               skip_bad_records: bool = False, n_examples: int = 3,
-                               **overrides: Any) -> TrainedTokenizer:
+def train_tokenizer_from_files(
+    source_files: Sequence[str],
+    output_dir: str,
+    config: BpeTrainingConfig | None = None,
+    *,
+    text_key: str = "text",
+    id_key: str | None = "id",
+    held_out_fraction: float = 0.05,
+    max_held_out_docs: int = 16,
+    skip_bad_records: bool = False,
+    n_examples: int = 3,
+    **overrides: Any,
+) -> TrainedTokenizer:
     """Train on the documents of ``source_files`` (JSONL/Parquet shards), streamed.
 
     Documents whose id hashes into ``held_out_fraction`` (the same hash as the
@@ -172,9 +185,16 @@ def train_tokenizer_from_files(source_files: Sequence[str], output_dir: str,
 
     counts = RecordCounts()
     held: list[Any] = []
-    texts = iter_texts(source_files, text_key, id_key, skip_bad_records=skip_bad_records,
-                       counts=counts, held_out_fraction=held_out_fraction, held_out_docs=held,
-                       max_held_out=max_held_out_docs)
+    texts = iter_texts(
+        source_files,
+        text_key,
+        id_key,
+        skip_bad_records=skip_bad_records,
+        counts=counts,
+        held_out_fraction=held_out_fraction,
+        held_out_docs=held,
+        max_held_out=max_held_out_docs,
+    )
     base = config or BpeTrainingConfig()
     if overrides:
         if "special_tokens" in overrides:
@@ -182,21 +202,27 @@ def train_tokenizer_from_files(source_files: Sequence[str], output_dir: str,
         base = BpeTrainingConfig(**{**asdict(base), **overrides})
     tok, info = train_bpe(texts, base)
     held_texts = [d.text for d in held]
-    info.update({
-        "held_out_fraction": held_out_fraction,
-        "held_out_docs": len(held_texts),
-        "bytes_per_token": bytes_per_token(tok, held_texts) if held_texts else None,
-        "examples": encode_examples(tok, held_texts, n_examples),
-        "num_records": counts.records,
-        "num_empty": counts.empty,
-        "num_bad": counts.bad,
-    })
+    info.update(
+        {
+            "held_out_fraction": held_out_fraction,
+            "held_out_docs": len(held_texts),
+            "bytes_per_token": bytes_per_token(tok, held_texts) if held_texts else None,
+            "examples": encode_examples(tok, held_texts, n_examples),
+            "num_records": counts.records,
+            "num_empty": counts.empty,
+            "num_bad": counts.bad,
+        }
+    )
     return save_tokenizer(tok, output_dir, info)
 
 
 def _looks_like_path(spec: str) -> bool:
-    return ("://" in spec or spec.endswith(".json") or spec.startswith((".", "/", "~"))
-            or os.path.exists(os.path.expanduser(spec)))
+    return (
+        "://" in spec
+        or spec.endswith(".json")
+        or spec.startswith((".", "/", "~"))
+        or os.path.exists(os.path.expanduser(spec))
+    )
 
 
 def _hub_endpoint() -> str:
@@ -229,7 +255,8 @@ def _hub_error(name: str, why: str) -> TokenizerHubUnreachableError:
         f"name, but the hub is unreachable ({why}). Set the tokenizer setting to a local path "
         f"(a {TOKENIZER_FILE} file or a directory holding one, e.g. the output of a trained "
         "tokenizer asset), or run where the hub is reachable (HF_ENDPOINT may point at a mirror; "
-        "HF_HUB_OFFLINE=1 forbids the hub).")
+        "HF_HUB_OFFLINE=1 forbids the hub)."
+    )
 
 
 def load_tokenizer(spec: str | Tokenizer) -> Tokenizer:
@@ -249,7 +276,8 @@ def load_tokenizer(spec: str | Tokenizer) -> Tokenizer:
         if not fs.exists(candidate):
             raise TokenizerNotFoundError(
                 f"no tokenizer at {candidate}: give the path of a {TOKENIZER_FILE} (or of the "
-                "directory holding it), or train one first")
+                "directory holding it), or train one first"
+            )
         try:
             return Tokenizer.from_str(fs.read_bytes(candidate).decode("utf-8"))
         except Exception as e:
@@ -304,23 +332,28 @@ def bytes_per_token(tok: Tokenizer, texts: Sequence[str]) -> float:
     return n_bytes / max(n_tokens, 1)
 
 
-def encode_examples(tok: Tokenizer, texts: Sequence[str], n: int = 3,
-                    max_chars: int = 200) -> list[dict[str, Any]]:
+def encode_examples(
+    tok: Tokenizer, texts: Sequence[str], n: int = 3, max_chars: int = 200
+) -> list[dict[str, Any]]:
     """A few texts with their tokens and decoding, for metadata and eyeballing."""
     out = []
     for text in [t for t in texts if t][:n]:
         snippet = text[:max_chars]
         enc = tok.encode(snippet, add_special_tokens=False)
-        out.append({
-            "text": snippet,
-            "ids": list(enc.ids),
-            "tokens": list(enc.tokens),
-            "decoded": tok.decode(enc.ids, skip_special_tokens=False),
-        })
+        out.append(
+            {
+                "text": snippet,
+                "ids": list(enc.ids),
+                "tokens": list(enc.tokens),
+                "decoded": tok.decode(enc.ids, skip_special_tokens=False),
+            }
+        )
     return out
 
 
-def describe_tokenizer(tok: Tokenizer, held_out: Sequence[str], n_examples: int = 3) -> dict[str, Any]:
+def describe_tokenizer(
+    tok: Tokenizer, held_out: Sequence[str], n_examples: int = 3
+) -> dict[str, Any]:
     """What the tokenizer asset shows: vocabulary size, bytes/token, examples."""
     return {
         "vocab_size": vocab_size(tok),

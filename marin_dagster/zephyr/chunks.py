@@ -30,8 +30,9 @@ def approx_size(obj: Any, depth: int = 0) -> int:
     if isinstance(obj, dict):
         if depth > 4:
             return 64 * len(obj)
-        return 232 + sum(approx_size(k, depth + 1) + approx_size(v, depth + 1)
-                         for k, v in obj.items())
+        return 232 + sum(
+            approx_size(k, depth + 1) + approx_size(v, depth + 1) for k, v in obj.items()
+        )
     if isinstance(obj, list | tuple):
         if depth > 4:
             return 64 * len(obj)
@@ -79,8 +80,9 @@ class ChunkWriter:
         """Close the current chunk (if any); returns the number of chunks so far."""
         if self._chunk:
             payload = dumps(self._chunk)
-            self._writer.write_batch(pa.record_batch([pa.array([payload], pa.large_binary())],
-                                                     schema=_SCHEMA))
+            self._writer.write_batch(
+                pa.record_batch([pa.array([payload], pa.large_binary())], schema=_SCHEMA)
+            )
             self.num_records += len(self._chunk)
             self.chunk_counts.append(len(self._chunk))
             self.num_chunks += 1

@@ -119,13 +119,19 @@ class ZephyrContext:
     progress: called with a ProgressEvent at each stage start and finished shard.
     """
 
-    def __init__(self, max_workers: int | None = None, backend: str = "local",
-                 memory_budget: int = DEFAULT_MEMORY_BUDGET,
-                 stage_resources: dict[int | str, dict[str, Any]] | None = None,
-                 max_shard_failures: int = 3, max_worker_losses: int = 5,
-                 scratch_dir: str | None = None,
-                 progress: Callable[[ProgressEvent], Any] | None = None,
-                 progress_bar: bool | None = None, **backend_options: Any):
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        backend: str = "local",
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        stage_resources: dict[int | str, dict[str, Any]] | None = None,
+        max_shard_failures: int = 3,
+        max_worker_losses: int = 5,
+        scratch_dir: str | None = None,
+        progress: Callable[[ProgressEvent], Any] | None = None,
+        progress_bar: bool | None = None,
+        **backend_options: Any,
+    ):
         if memory_budget <= 0:
             raise ValueError(f"memory_budget must be positive, got {memory_budget}")
         if max_shard_failures < 1:
@@ -144,7 +150,9 @@ class ZephyrContext:
         self._shared: dict[str, str] = {}
         self._finalizer = weakref.finalize(self, ZephyrContext._cleanup, self._scratch_root, [None])
         if backend not in ("local", "ray", "inline"):
-            raise ValueError(f"unknown Zephyr backend {backend!r}; choose 'local', 'ray' or 'inline'")
+            raise ValueError(
+                f"unknown Zephyr backend {backend!r}; choose 'local', 'ray' or 'inline'"
+            )
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -157,10 +165,13 @@ class ZephyrContext:
 
     def _get_backend(self) -> Backend:
         if self._backend is None:
-            self._backend = make_backend(self.backend_name, self.max_workers, **self._backend_options)
+            self._backend = make_backend(
+                self.backend_name, self.max_workers, **self._backend_options
+            )
             self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, ZephyrContext._cleanup, self._scratch_root,
-                                               [self._backend])
+            self._finalizer = weakref.finalize(
+                self, ZephyrContext._cleanup, self._scratch_root, [self._backend]
+            )
         return self._backend
 
     def _discard_backend(self) -> None:
@@ -232,8 +243,12 @@ class ZephyrContext:
     def _fully_skipped(self, stage: Stage, cache: dict[int, bool]) -> bool:
         if stage.index not in cache:
             sink = stage.sink
-            cache[stage.index] = (isinstance(sink, WriteSink) and sink.op.skip_existing
-                                  and stage.num_shards > 0 and all(fs.exists(p) for p in sink.paths))
+            cache[stage.index] = (
+                isinstance(sink, WriteSink)
+                and sink.op.skip_existing
+                and stage.num_shards > 0
+                and all(fs.exists(p) for p in sink.paths)
+            )
         return cache[stage.index]
 
     def _needed(self, plan: PhysicalPlan) -> tuple[set[int], dict[int, bool]]:
@@ -261,8 +276,11 @@ class ZephyrContext:
                 if skipped.get(stage.index):
                     outputs[stage.index] = list(stage.sink.paths)
                     counters.builtin["partitions_skipped"] += stage.num_shards
-                    logger.info("%s: all %d outputs exist; skipped with its upstream",
-                                stage.name, stage.num_shards)
+                    logger.info(
+                        "%s: all %d outputs exist; skipped with its upstream",
+                        stage.name,
+                        stage.num_shards,
+                    )
                 continue
             values = self._run_stage(plan, stage, outputs, exec_dir, counters)
             if isinstance(stage.sink, ReduceSink):
@@ -281,8 +299,10 @@ class ZephyrContext:
         prev = plan.stages[stage.upstream]
         values = outputs[prev.index]
         if isinstance(prev.sink, ScatterSink):
-            return [ShuffleInput([run for v in values for run in v.get(p, [])], prev.sink.op)
-                    for p in range(stage.num_shards)]
+            return [
+                ShuffleInput([run for v in values for run in v.get(p, [])], prev.sink.op)
+                for p in range(stage.num_shards)
+            ]
         if isinstance(prev.sink, MaterializeSink):
             if stage.reshard is not None:
                 return _split_materialized(values, stage.reshard)
@@ -295,18 +315,27 @@ class ZephyrContext:
     def _resources(self, stage: Stage) -> dict[str, Any]:
         res: dict[str, Any] = {}
         for k, v in self.stage_resources.items():
-            if (isinstance(k, int) and k == stage.index) or (isinstance(k, str) and k in stage.name):
+            if (isinstance(k, int) and k == stage.index) or (
+                isinstance(k, str) and k in stage.name
+            ):
                 res.update(v)
         return res
 
-    def _run_stage(self, plan: PhysicalPlan, stage: Stage, outputs: dict[int, list[Any]],
-                   exec_dir: str, counters: Counters) -> list[Any]:
+    def _run_stage(
+        self,
+        plan: PhysicalPlan,
+        stage: Stage,
+        outputs: dict[int, list[Any]],
+        exec_dir: str,
+        counters: Counters,
+    ) -> list[Any]:
         inputs = self._inputs(plan, stage, outputs)
         total = len(inputs)
         values: list[Any] = [None] * total
         is_final = stage.index == plan.final.index
-        progress = StageProgress(stage.index, len(plan.stages), stage.name, total, self.progress,
-                                 self.progress_bar)
+        progress = StageProgress(
+            stage.index, len(plan.stages), stage.name, total, self.progress, self.progress_bar
+        )
         tasks: dict[int, Task] = {}
         pending: collections.deque[int] = collections.deque()
         write = stage.sink if isinstance(stage.sink, WriteSink) else None
@@ -323,15 +352,27 @@ class ZephyrContext:
                     op = copy.copy(op)
                     op.right_input = ChunkInput([(right[0], 0, len(right[1]))])
                 ops.append(op)
-            tasks[i] = Task(stage.index, stage.name, i, total,
-                            stage.source_paths[i] if stage.is_source and stage.source_paths else None,
-                            inp, ops, stage.sink, write.paths[i] if write else None, "",
-                            self.memory_budget, dict(self._shared), stage.is_source)
+            tasks[i] = Task(
+                stage.index,
+                stage.name,
+                i,
+                total,
+                stage.source_paths[i] if stage.is_source and stage.source_paths else None,
+                inp,
+                ops,
+                stage.sink,
+                write.paths[i] if write else None,
+                "",
+                self.memory_budget,
+                dict(self._shared),
+                stage.is_source,
+            )
             pending.append(i)
         resources = self._resources(stage)
         backend = self._get_backend()
-        capacity = max(1, min(backend.capacity,
-                              backend.capacity // max(1, int(resources.get("num_cpus", 1)))))
+        capacity = max(
+            1, min(backend.capacity, backend.capacity // max(1, int(resources.get("num_cpus", 1))))
+        )
         failures = collections.Counter[int]()
         losses = collections.Counter[int]()
         in_flight = 0
@@ -341,8 +382,9 @@ class ZephyrContext:
                     i = pending.popleft()
                     task = tasks[i]
                     task.attempt = failures[i] + losses[i]
-                    task.scratch = os.path.join(exec_dir, f"stage-{stage.index}",
-                                                f"shard-{i:05d}-attempt-{task.attempt}")
+                    task.scratch = os.path.join(
+                        exec_dir, f"stage-{stage.index}", f"shard-{i:05d}-attempt-{task.attempt}"
+                    )
                     backend.submit((stage.index, i), task, resources)
                     in_flight += 1
                 for (_s, i), outcome in backend.poll(0.5):
@@ -354,7 +396,10 @@ class ZephyrContext:
                                 f"{stage.name}, shard {i}: its worker died {losses[i]} times "
                                 f"(last: {outcome.reason}); the shard may need more memory "
                                 "(stage_resources) or a smaller memory_budget",
-                                stage.index, i, failures[i] + losses[i])
+                                stage.index,
+                                i,
+                                failures[i] + losses[i],
+                            )
                         progress.retried()
                         pending.append(i)
                         continue
@@ -370,13 +415,24 @@ class ZephyrContext:
                         continue
                     failures[i] += 1
                     if outcome.fatal or failures[i] >= self.max_shard_failures:
-                        why = ("a user error; fix the function or the data" if outcome.fatal
-                               else f"failed {failures[i]} times (max_shard_failures="
-                                    f"{self.max_shard_failures})")
-                        raise ShardFailedError(f"{outcome.error_text}\n({why})\n{outcome.traceback}",
-                                               stage.index, i, failures[i]) from outcome.error
-                    logger.warning("%s; retrying (%d of %d attempts used)", outcome.error_text,
-                                   failures[i], self.max_shard_failures)
+                        why = (
+                            "a user error; fix the function or the data"
+                            if outcome.fatal
+                            else f"failed {failures[i]} times (max_shard_failures="
+                            f"{self.max_shard_failures})"
+                        )
+                        raise ShardFailedError(
+                            f"{outcome.error_text}\n({why})\n{outcome.traceback}",
+                            stage.index,
+                            i,
+                            failures[i],
+                        ) from outcome.error
+                    logger.warning(
+                        "%s; retrying (%d of %d attempts used)",
+                        outcome.error_text,
+                        failures[i],
+                        self.max_shard_failures,
+                    )
                     progress.retried()
                     pending.append(i)
         finally:

@@ -17,11 +17,20 @@ import contextvars
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-BUILTIN_COUNTERS = ("records_in", "records_out", "records_written", "bytes_written",
-                    "partitions_skipped", "shards", "stages", "spills")
+BUILTIN_COUNTERS = (
+    "records_in",
+    "records_out",
+    "records_written",
+    "bytes_written",
+    "partitions_skipped",
+    "shards",
+    "stages",
+    "spills",
+)
 
 _task_counters: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
-    "zephyr_task_counters", default=None)
+    "zephyr_task_counters", default=None
+)
 
 
 def increment(name: str, value: int | float = 1) -> None:
@@ -77,8 +86,9 @@ class Counters(Mapping[str, float]):
         values = self._user.get(name)
         if not values:
             raise KeyError(f"no user counter {name!r}; known: {sorted(self._user)}")
-        return CounterStats(sum(values), max(values), min(values), sum(values) / len(values),
-                            len(values))
+        return CounterStats(
+            sum(values), max(values), min(values), sum(values) / len(values), len(values)
+        )
 
     @property
     def user(self) -> dict[str, CounterStats]:

@@ -216,11 +216,36 @@ class JoinOp:
         return f"sorted_merge_join(how={self.join_type.value})"
 
 
-RECORD_WISE_OPS = (MapOp, MapBatchesOp, FilterOp, FlatMapOp, MapShardOp, SelectOp,
-                   TakePerShardOp, WindowOp, LoadFileOp, JoinOp)
+RECORD_WISE_OPS = (
+    MapOp,
+    MapBatchesOp,
+    FilterOp,
+    FlatMapOp,
+    MapShardOp,
+    SelectOp,
+    TakePerShardOp,
+    WindowOp,
+    LoadFileOp,
+    JoinOp,
+)
 
-LogicalOp = (MapOp | MapBatchesOp | FilterOp | FlatMapOp | MapShardOp | SelectOp | TakePerShardOp
-             | WindowOp | LoadFileOp | WriteOp | ReshardOp | ShuffleOp | GroupByOp | ReduceOp | JoinOp)
+LogicalOp = (
+    MapOp
+    | MapBatchesOp
+    | FilterOp
+    | FlatMapOp
+    | MapShardOp
+    | SelectOp
+    | TakePerShardOp
+    | WindowOp
+    | LoadFileOp
+    | WriteOp
+    | ReshardOp
+    | ShuffleOp
+    | GroupByOp
+    | ReduceOp
+    | JoinOp
+)
 
 
 def _keep_first(key: Any, items: Iterator[Any]) -> Any:
@@ -248,8 +273,10 @@ class _StreamingDedup:
 
 def _default_join_combiner(left: Any, right: Any) -> Any:
     if left is None or right is None:
-        raise ValueError("the default sorted_merge_join combiner needs both a left and a right "
-                         "record; pass combiner=... for a left join with unmatched records")
+        raise ValueError(
+            "the default sorted_merge_join combiner needs both a left and a right "
+            "record; pass combiner=... for a left join with unmatched records"
+        )
     return {**left, **right}
 
 
@@ -291,32 +318,55 @@ class Dataset:
 
     # --- loaders --------------------------------------------------------------------
 
-    def load_file(self, columns: list[str] | None = None, approx_shard_bytes: int | None = None,
-                  include_file_paths: bool = False,
-                  file_path_column: str = DEFAULT_FILE_PATH_COLUMN) -> Dataset:
+    def load_file(
+        self,
+        columns: list[str] | None = None,
+        approx_shard_bytes: int | None = None,
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+    ) -> Dataset:
         """Read each path as records, the format chosen by its extension."""
-        return self._derive(LoadFileOp("auto", columns, approx_shard_bytes, include_file_paths,
-                                       file_path_column))
+        return self._derive(
+            LoadFileOp("auto", columns, approx_shard_bytes, include_file_paths, file_path_column)
+        )
 
-    def load_jsonl(self, include_file_paths: bool = False,
-                   file_path_column: str = DEFAULT_FILE_PATH_COLUMN) -> Dataset:
+    def load_jsonl(
+        self, include_file_paths: bool = False, file_path_column: str = DEFAULT_FILE_PATH_COLUMN
+    ) -> Dataset:
         """Read JSON lines (plain, .gz or .zst) as dicts."""
         return self._derive(LoadFileOp("jsonl", None, None, include_file_paths, file_path_column))
 
-    def load_parquet(self, columns: list[str] | None = None, approx_shard_bytes: int | None = None,
-                     include_file_paths: bool = False,
-                     file_path_column: str = DEFAULT_FILE_PATH_COLUMN, *,
-                     batch_mode: bool = False) -> Dataset:
+    def load_parquet(
+        self,
+        columns: list[str] | None = None,
+        approx_shard_bytes: int | None = None,
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+        *,
+        batch_mode: bool = False,
+    ) -> Dataset:
         """Read Parquet rows as dicts (or RecordBatches with batch_mode=True).
 
         approx_shard_bytes splits each file into shards of about that many bytes,
         aligned on row groups (a row group is never split).
         """
-        return self._derive(LoadFileOp("parquet", columns, approx_shard_bytes, include_file_paths,
-                                       file_path_column, batch_mode))
+        return self._derive(
+            LoadFileOp(
+                "parquet",
+                columns,
+                approx_shard_bytes,
+                include_file_paths,
+                file_path_column,
+                batch_mode,
+            )
+        )
 
-    def load_csv(self, columns: list[str] | None = None, include_file_paths: bool = False,
-                 file_path_column: str = DEFAULT_FILE_PATH_COLUMN) -> Dataset:
+    def load_csv(
+        self,
+        columns: list[str] | None = None,
+        include_file_paths: bool = False,
+        file_path_column: str = DEFAULT_FILE_PATH_COLUMN,
+    ) -> Dataset:
         """Read CSV (header row, types inferred by pyarrow) as dicts."""
         return self._derive(LoadFileOp("csv", columns, None, include_file_paths, file_path_column))
 
@@ -358,8 +408,9 @@ class Dataset:
 
         return self._derive(WindowOp(_CountFolder(size), 0))
 
-    def window_by(self, folder_fn: Callable[[Any, Any], tuple[bool, Any]],
-                  initial_state: object = None) -> Dataset:
+    def window_by(
+        self, folder_fn: Callable[[Any, Any], tuple[bool, Any]], initial_state: object = None
+    ) -> Dataset:
         return self._derive(WindowOp(folder_fn, initial_state))
 
     # --- barriers -------------------------------------------------------------------
@@ -378,10 +429,14 @@ class Dataset:
             seed = random.SystemRandom().randrange(2**63)
         return self._derive(ShuffleOp(seed, num_output_shards))
 
-    def group_by(self, key: Callable[[Any], Any], reducer: Callable[[Any, Iterator[Any]], Any],
-                 sort_by: Callable[[Any], Any] | None = None,
-                 num_output_shards: int | None = None,
-                 combiner: Callable[[Any, Iterator[Any]], Any] | None = None) -> Dataset:
+    def group_by(
+        self,
+        key: Callable[[Any], Any],
+        reducer: Callable[[Any, Iterator[Any]], Any],
+        sort_by: Callable[[Any], Any] | None = None,
+        num_output_shards: int | None = None,
+        combiner: Callable[[Any, Iterator[Any]], Any] | None = None,
+    ) -> Dataset:
         """Group records by key(record); reducer(key, items) returns one result or an iterator.
 
         Records are hash-partitioned over num_output_shards (default: the current
@@ -394,53 +449,76 @@ class Dataset:
             raise ValueError(f"num_output_shards must be positive, got {num_output_shards}")
         return self._derive(GroupByOp(key, reducer, num_output_shards, sort_by, combiner))
 
-    def deduplicate(self, key: Callable[[Any], Any], num_output_shards: int | None = None) -> Dataset:
+    def deduplicate(
+        self, key: Callable[[Any], Any], num_output_shards: int | None = None
+    ) -> Dataset:
         """Keep one record per key."""
         return self.map_shard(_StreamingDedup(key)).group_by(
-            key=key, reducer=_keep_first, num_output_shards=num_output_shards)
+            key=key, reducer=_keep_first, num_output_shards=num_output_shards
+        )
 
-    def reduce(self, local_reducer: Callable[[Iterator[Any]], Any],
-               global_reducer: Callable[[Iterator[Any]], Any] | None = None) -> Dataset:
+    def reduce(
+        self,
+        local_reducer: Callable[[Iterator[Any]], Any],
+        global_reducer: Callable[[Iterator[Any]], Any] | None = None,
+    ) -> Dataset:
         """local_reducer per shard, then global_reducer over the shard results: one value."""
         return self._derive(ReduceOp(local_reducer, global_reducer or local_reducer))
 
     def count(self) -> Dataset:
         return self.reduce(_count_items, sum)
 
-    def sorted_merge_join(self, right: Dataset, left_key: Callable[[Any], Any],
-                          right_key: Callable[[Any], Any],
-                          combiner: Callable[[Any, Any], Any] | None = None,
-                          how: str = "inner") -> Dataset:
+    def sorted_merge_join(
+        self,
+        right: Dataset,
+        left_key: Callable[[Any], Any],
+        right_key: Callable[[Any], Any],
+        combiner: Callable[[Any, Any], Any] | None = None,
+        how: str = "inner",
+    ) -> Dataset:
         """Merge-join shard i of self with shard i of right; both sorted by key per shard
         (as group_by with the same key and num_output_shards leaves them)."""
         try:
             join_type = JoinType(how)
         except ValueError:
-            raise ValueError(f"sorted_merge_join supports how='inner' or how='left', got {how!r}") from None
-        return self._derive(JoinOp(left_key, right_key, right, combiner or _default_join_combiner,
-                                   join_type))
+            raise ValueError(
+                f"sorted_merge_join supports how='inner' or how='left', got {how!r}"
+            ) from None
+        return self._derive(
+            JoinOp(left_key, right_key, right, combiner or _default_join_combiner, join_type)
+        )
 
     # --- writers --------------------------------------------------------------------
 
-    def write_jsonl(self, output_pattern: str | Callable[[int, int], str],
-                    skip_existing: bool = False) -> Dataset:
+    def write_jsonl(
+        self, output_pattern: str | Callable[[int, int], str], skip_existing: bool = False
+    ) -> Dataset:
         """One JSONL file per shard (.gz/.zst compress); results are the paths."""
         return self._derive(WriteOp(output_pattern, "jsonl", skip_existing=skip_existing))
 
-    def write_parquet(self, output_pattern: str | Callable[[int, int], str],
-                      schema: object | None = None, skip_existing: bool = False) -> Dataset:
+    def write_parquet(
+        self,
+        output_pattern: str | Callable[[int, int], str],
+        schema: object | None = None,
+        skip_existing: bool = False,
+    ) -> Dataset:
         """One zstd Parquet file per shard; the schema is inferred (and widened) unless given."""
-        return self._derive(WriteOp(output_pattern, "parquet", schema=schema,
-                                    skip_existing=skip_existing))
+        return self._derive(
+            WriteOp(output_pattern, "parquet", schema=schema, skip_existing=skip_existing)
+        )
 
-    def write_csv(self, output_pattern: str | Callable[[int, int], str],
-                  skip_existing: bool = False) -> Dataset:
+    def write_csv(
+        self, output_pattern: str | Callable[[int, int], str], skip_existing: bool = False
+    ) -> Dataset:
         return self._derive(WriteOp(output_pattern, "csv", skip_existing=skip_existing))
 
     def __repr__(self) -> str:
         src = self.source
-        head = (f"from_files({src.pattern!r})" if isinstance(src, GlobSource)
-                else f"from_list(<{len(src)} items>)")
+        head = (
+            f"from_files({src.pattern!r})"
+            if isinstance(src, GlobSource)
+            else f"from_list(<{len(src)} items>)"
+        )
         return " -> ".join([head, *(repr(op) for op in self.operations)])
 
 

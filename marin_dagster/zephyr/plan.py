@@ -128,15 +128,25 @@ class Stage:
 
     @property
     def name(self) -> str:
-        parts = [type(op).__name__.replace("Op", "").lower() if not isinstance(op, JoinStep)
-                 else "join" for op in self.ops]
-        sink = {CollectSink: "collect", WriteSink: "write", ScatterSink: "scatter",
-                MaterializeSink: "materialize", ReduceSink: "reduce"}[type(self.sink)]
+        parts = [
+            type(op).__name__.replace("Op", "").lower() if not isinstance(op, JoinStep) else "join"
+            for op in self.ops
+        ]
+        sink = {
+            CollectSink: "collect",
+            WriteSink: "write",
+            ScatterSink: "scatter",
+            MaterializeSink: "materialize",
+            ReduceSink: "reduce",
+        }[type(self.sink)]
         if isinstance(self.sink, WriteSink):
             sink = f"write_{self.sink.op.writer_type}"
         head = self.source_desc if self.is_source else f"from stage {self.upstream}"
-        return f"stage {self.index} [{head}: {' -> '.join([*map(repr, self.ops), sink])}]" if parts \
+        return (
+            f"stage {self.index} [{head}: {' -> '.join([*map(repr, self.ops), sink])}]"
+            if parts
             else f"stage {self.index} [{head}: {sink}]"
+        )
 
 
 @dataclass
@@ -159,12 +169,16 @@ def _resolve_glob(source: GlobSource) -> list[str]:
     protocol = source.pattern.split("://", 1)[0] if "://" in source.pattern else None
     # detail=True: types come with the one listing call, no stat per file.
     matches = filesystem.glob(fs_path, detail=True)
-    paths = sorted(f"{protocol}://{p}" if protocol and protocol != "file" else p
-                   for p, info in matches.items()
-                   if info.get("type") != "directory" and not fs.is_temp_name(p))
+    paths = sorted(
+        f"{protocol}://{p}" if protocol and protocol != "file" else p
+        for p, info in matches.items()
+        if info.get("type") != "directory" and not fs.is_temp_name(p)
+    )
     if not paths and not source.empty_glob_ok:
-        raise FileNotFoundError(f"no files match {source.pattern!r}; check the pattern, or pass "
-                                "empty_glob_ok=True if an empty input is expected")
+        raise FileNotFoundError(
+            f"no files match {source.pattern!r}; check the pattern, or pass "
+            "empty_glob_ok=True if an empty input is expected"
+        )
     return paths
 
 
@@ -174,7 +188,7 @@ def _split_items(items: list[Any], n: int) -> list[list[Any]]:
     out, start = [], 0
     for i in range(n):
         size = q + (1 if i < r else 0)
-        out.append(items[start:start + size])
+        out.append(items[start : start + size])
         start += size
     return out
 
@@ -231,8 +245,16 @@ class _Planner:
             desc = f"{ds.source.pattern}" + (f" {load!r}" if load_fused else "")
         else:
             desc = f"{len(ds.source)} items"
-        stage = Stage(index=-1, ops=[], sink=None, num_shards=len(inputs), source_inputs=inputs,
-                      source_paths=paths, is_source=True, source_desc=desc)
+        stage = Stage(
+            index=-1,
+            ops=[],
+            sink=None,
+            num_shards=len(inputs),
+            source_inputs=inputs,
+            source_paths=paths,
+            is_source=True,
+            source_desc=desc,
+        )
         for op in ops:
             if isinstance(op, RECORD_WISE_OPS):
                 if isinstance(op, JoinOp):
@@ -241,7 +263,8 @@ class _Planner:
                         raise ValueError(
                             f"sorted_merge_join needs both sides to have the same number of shards: "
                             f"left has {stage.num_shards}, right has {right.num_shards}; give both "
-                            "group_by calls the same num_output_shards (or reshard one side)")
+                            "group_by calls the same num_output_shards (or reshard one side)"
+                        )
                     stage.ops.append(JoinStep(op, right.index))
                 else:
                     stage.ops.append(op)
@@ -260,7 +283,9 @@ class _Planner:
             elif isinstance(op, ReshardOp):
                 stage.sink = MaterializeSink()
                 prev = self._add(stage)
-                stage = Stage(-1, [], None, op.num_shards, upstream=prev.index, reshard=op.num_shards)
+                stage = Stage(
+                    -1, [], None, op.num_shards, upstream=prev.index, reshard=op.num_shards
+                )
             elif isinstance(op, ReduceOp):
                 stage.sink = ReduceSink(op)
                 prev = self._add(stage)
@@ -291,8 +316,10 @@ class _Planner:
         seen: dict[str, int] = {}
         for i, path in enumerate(out):
             if path in seen:
-                raise ValueError(f"output pattern {op.output_pattern!r} gives shards {seen[path]} and "
-                                 f"{i} the same file {path!r}; add {{shard}} to the pattern")
+                raise ValueError(
+                    f"output pattern {op.output_pattern!r} gives shards {seen[path]} and "
+                    f"{i} the same file {path!r}; add {{shard}} to the pattern"
+                )
             seen[path] = i
         return out
 

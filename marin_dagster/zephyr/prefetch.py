@@ -46,8 +46,9 @@ def prefetch(it: Iterator[Any], depth: int = 2) -> Iterator[Any]:
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
             put((_ERROR, e))
 
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(pump,), daemon=True,
-                              name="zephyr-prefetch")
+    thread = threading.Thread(
+        target=contextvars.copy_context().run, args=(pump,), daemon=True, name="zephyr-prefetch"
+    )
     thread.start()
     try:
         while True:

@@ -27,14 +27,27 @@ class ProgressEvent:
         return self.completed >= self.total
 
     def __str__(self) -> str:
-        return (f"{self.stage_name}: {self.completed}/{self.total} shards"
-                + (f" ({self.retries} retried)" if self.retries else ""))
+        return f"{self.stage_name}: {self.completed}/{self.total} shards" + (
+            f" ({self.retries} retried)" if self.retries else ""
+        )
 
 
 class StageProgress:
-    def __init__(self, stage_index: int, num_stages: int, name: str, total: int,
-                 callback: Callable[[ProgressEvent], Any] | None, bar: bool | None = None):
-        self.stage_index, self.num_stages, self.name, self.total = stage_index, num_stages, name, total
+    def __init__(
+        self,
+        stage_index: int,
+        num_stages: int,
+        name: str,
+        total: int,
+        callback: Callable[[ProgressEvent], Any] | None,
+        bar: bool | None = None,
+    ):
+        self.stage_index, self.num_stages, self.name, self.total = (
+            stage_index,
+            num_stages,
+            name,
+            total,
+        )
         self.callback = callback
         self.completed = 0
         self.retries = 0
@@ -48,8 +61,16 @@ class StageProgress:
 
     def _emit(self) -> None:
         if self.callback is not None:
-            self.callback(ProgressEvent(self.stage_index, self.num_stages, self.name,
-                                        self.completed, self.total, self.retries))
+            self.callback(
+                ProgressEvent(
+                    self.stage_index,
+                    self.num_stages,
+                    self.name,
+                    self.completed,
+                    self.total,
+                    self.retries,
+                )
+            )
 
     def shard_done(self) -> None:
         self.completed += 1

@@ -64,8 +64,10 @@ def detect_format(path: str) -> str:
         return "parquet"
     if name.endswith((".csv", ".tsv")):
         return "csv"
-    raise ValueError(f"cannot tell the format of {path!r} from its extension; use load_jsonl(), "
-                     "load_parquet() or load_csv() instead of load_file()")
+    raise ValueError(
+        f"cannot tell the format of {path!r} from its extension; use load_jsonl(), "
+        "load_parquet() or load_csv() instead of load_file()"
+    )
 
 
 def compression_of(path: str) -> str | None:
@@ -135,21 +137,24 @@ class _Decompressed(io.RawIOBase):
                 return 0
             self._fill()
         n = min(len(b), len(self._view) - self._pos)
-        b[:n] = self._view[self._pos:self._pos + n]
+        b[:n] = self._view[self._pos : self._pos + n]
         self._pos += n
         return n
 
     def _error(self, what: str) -> InputError:
-        return InputError(f"{self._path}: truncated or corrupt {self._codec} stream ({what}); "
-                          + _INCOMPLETE)
+        return InputError(
+            f"{self._path}: truncated or corrupt {self._codec} stream ({what}); " + _INCOMPLETE
+        )
 
     def _fill(self) -> None:
         data = self._raw.read(self._read_size)
         if not data:
             self._done = True
             if self._member is not None:
-                raise self._error(f"the data ends inside a compressed {self._codec} stream, "
-                                  f"after {self._consumed} bytes")
+                raise self._error(
+                    f"the data ends inside a compressed {self._codec} stream, "
+                    f"after {self._consumed} bytes"
+                )
             if self._consumed == 0:
                 raise self._error("the file is empty; even a compressed empty file has a header")
             self._view, self._pos = memoryview(b""), 0
@@ -170,8 +175,9 @@ class _Decompressed(io.RawIOBase):
                 data = self._member.unused_data
                 self._member = None
         except Exception as e:  # zlib.error, zstandard.ZstdError, OSError, lzma.LZMAError, EOFError
-            raise self._error(f"{type(e).__name__}: {e}, within the first {self._consumed} "
-                              "bytes") from None
+            raise self._error(
+                f"{type(e).__name__}: {e}, within the first {self._consumed} bytes"
+            ) from None
         chunk = out[0] if len(out) == 1 else b"".join(out)
         if len(chunk) > 4 * _OUT_SIZE:
             self._read_size = max(1 << 10, self._read_size // 4)
@@ -213,14 +219,18 @@ def _bad_line(path: str, lineno: int, line: bytes) -> Any:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: line {lineno}: invalid UTF-8 at byte {e.start} of the line "
-                         f"({e.reason}); JSON lines must be UTF-8: re-encode the file "
-                         "(e.g. from Latin-1) or fix that line") from None
+        raise InputError(
+            f"{path}: line {lineno}: invalid UTF-8 at byte {e.start} of the line "
+            f"({e.reason}); JSON lines must be UTF-8: re-encode the file "
+            "(e.g. from Latin-1) or fix that line"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: line {lineno}: invalid JSON ({e.msg} at column {e.colno}); "
-                         "fix or remove that line") from None
+        raise InputError(
+            f"{path}: line {lineno}: invalid JSON ({e.msg} at column {e.colno}); "
+            "fix or remove that line"
+        ) from None
 
 
 def iter_jsonl(path: str, cursor: Cursor | None = None) -> Iterator[Any]:
@@ -282,8 +292,10 @@ def iter_jsonl_batches(path: str) -> Iterator[pa.RecordBatch]:
 
 
 def _parquet_error(path: str, e: Exception) -> InputError:
-    return InputError(f"{path}: cannot read Parquet ({type(e).__name__}: {e}); the file is not a "
-                      "complete Parquet file (truncated or corrupt?): re-download or regenerate it")
+    return InputError(
+        f"{path}: cannot read Parquet ({type(e).__name__}: {e}); the file is not a "
+        "complete Parquet file (truncated or corrupt?): re-download or regenerate it"
+    )
 
 
 class _WatchedFile:
@@ -329,8 +341,9 @@ def _parquet_file(path: str) -> Iterator[tuple[pq.ParquetFile, _WatchedFile]]:
             raise _parquet_error(path, e) from None
 
 
-def iter_parquet_batches(path: str, columns: list[str] | None = None,
-                         row_groups: list[int] | None = None) -> Iterator[pa.RecordBatch]:
+def iter_parquet_batches(
+    path: str, columns: list[str] | None = None, row_groups: list[int] | None = None
+) -> Iterator[pa.RecordBatch]:
     """A Parquet file's batches; a truncated or corrupt file (or invalid UTF-8 in a string
     column) raises InputError naming it."""
     with _parquet_file(path) as (pf, _):
@@ -357,9 +370,11 @@ def _csv_error(path: str, e: Exception) -> InputError:
     """The error for a CSV file Arrow refuses; invalid UTF-8 anywhere is named first, by line."""
     where = _first_invalid_utf8_line(path)
     if where is not None:
-        return InputError(f"{path}: line {where[0]}: invalid UTF-8 at byte {where[1]} of the "
-                          "line; CSV files must be UTF-8: re-encode the file (e.g. from "
-                          "Latin-1) or fix that line")
+        return InputError(
+            f"{path}: line {where[0]}: invalid UTF-8 at byte {where[1]} of the "
+            "line; CSV files must be UTF-8: re-encode the file (e.g. from "
+            "Latin-1) or fix that line"
+        )
     return InputError(f"{path}: cannot read CSV: {e}")
 
 
@@ -402,8 +417,9 @@ def parquet_row_group_splits(path: str, approx_shard_bytes: int) -> list[list[in
     return splits
 
 
-def iter_file_batches(path: str, fmt: str, columns: list[str] | None = None,
-                      row_groups: list[int] | None = None) -> Iterator[pa.RecordBatch]:
+def iter_file_batches(
+    path: str, fmt: str, columns: list[str] | None = None, row_groups: list[int] | None = None
+) -> Iterator[pa.RecordBatch]:
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "jsonl":
         for batch in iter_jsonl_batches(path):
@@ -416,9 +432,13 @@ def iter_file_batches(path: str, fmt: str, columns: list[str] | None = None,
         raise ValueError(f"unknown file format {fmt!r} for {path}")
 
 
-def iter_file_records(path: str, fmt: str, columns: list[str] | None = None,
-                      row_groups: list[int] | None = None,
-                      cursor: Cursor | None = None) -> Iterator[Any]:
+def iter_file_records(
+    path: str,
+    fmt: str,
+    columns: list[str] | None = None,
+    row_groups: list[int] | None = None,
+    cursor: Cursor | None = None,
+) -> Iterator[Any]:
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "jsonl":
         if columns:

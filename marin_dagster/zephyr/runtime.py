@@ -169,8 +169,13 @@ def _read_chunks(inp: ChunkInput) -> Iterator[Any]:
             yield from chunk
 
 
-def _source(inp: Any, batches: bool, cursor: Cursor, scratch: str | None = None,
-            memory_budget: int = 1 << 30) -> tuple[Iterator[Any], bool]:
+def _source(
+    inp: Any,
+    batches: bool,
+    cursor: Cursor,
+    scratch: str | None = None,
+    memory_budget: int = 1 << 30,
+) -> tuple[Iterator[Any], bool]:
     """The stage's input stream, and whether it is Arrow batches."""
     if isinstance(inp, FileInput):
         return _read_file(inp, batches, cursor), batches
@@ -183,8 +188,12 @@ def _source(inp: Any, batches: bool, cursor: Cursor, scratch: str | None = None,
         return _read_chunks(inp), False
     if isinstance(inp, ShuffleInput):
         if isinstance(inp.op, GroupByOp):
-            entries = merge_runs(inp.runs, inp.op.sort_fn is not None, scratch,
-                                 chunk_bytes=chunk_bytes_for(memory_budget))
+            entries = merge_runs(
+                inp.runs,
+                inp.op.sort_fn is not None,
+                scratch,
+                chunk_bytes=chunk_bytes_for(memory_budget),
+            )
             return reduce_groups(entries, inp.op.reducer_fn), False
         entries = merge_runs(inp.runs, False, scratch, chunk_bytes=chunk_bytes_for(memory_budget))
         return shuffled_records(entries), False
@@ -211,17 +220,22 @@ def _select(stream: Iterator[Any], columns: tuple[str, ...]) -> Iterator[dict]:
         try:
             yield {c: rec[c] for c in columns}
         except KeyError as e:
-            raise KeyError(f"select{columns}: the record has no field {e}; its fields are "
-                           f"{sorted(rec)}") from None
+            raise KeyError(
+                f"select{columns}: the record has no field {e}; its fields are {sorted(rec)}"
+            ) from None
         except TypeError:
-            raise TypeError(f"select{columns} needs dict records, got {type(rec).__name__}") from None
+            raise TypeError(
+                f"select{columns} needs dict records, got {type(rec).__name__}"
+            ) from None
 
 
 def _map_batches(stream: Iterator[Any], batches: bool, op: MapBatchesOp) -> Iterator[Any]:
     if not batches:
+
         def rebatch(records: Iterator[Any]) -> Iterator[pa.RecordBatch]:
             while chunk := list(itertools.islice(records, op.batch_size)):
                 yield pa.RecordBatch.from_pylist(chunk)
+
         stream = rebatch(stream)
     for batch in stream:
         out = op.fn(batch)
@@ -232,8 +246,10 @@ def _map_batches(stream: Iterator[Any], batches: bool, op: MapBatchesOp) -> Iter
         elif isinstance(out, list):
             yield pa.RecordBatch.from_pylist(out)
         else:
-            raise TypeError(f"map_batches function returned {type(out).__name__}; return a "
-                            "pyarrow RecordBatch or Table")
+            raise TypeError(
+                f"map_batches function returned {type(out).__name__}; return a "
+                "pyarrow RecordBatch or Table"
+            )
 
 
 def _load_paths(stream: Iterator[Any], op: LoadFileOp, cursor: Cursor) -> Iterator[Any]:
@@ -266,8 +282,9 @@ def _join(left: Iterator[Any], step: JoinStep) -> Iterator[Any]:
 def build_stream(task: Task, cursor: Cursor) -> tuple[Iterator[Any], bool, _Counted | None]:
     """The task's lazy stream, whether it is Arrow batches, and its records_in counter."""
     batches = wants_batches(task.ops, task.sink) and isinstance(task.input, FileInput)
-    stream, batches = _source(task.input, batches, cursor, os.path.join(task.scratch, "merge"),
-                              task.memory_budget)
+    stream, batches = _source(
+        task.input, batches, cursor, os.path.join(task.scratch, "merge"), task.memory_budget
+    )
     if batches:
         stream = prefetch(stream)
     counted = None
@@ -309,9 +326,13 @@ def _run_sink(task: Task, stream: Iterator[Any], batches: bool, builtin: dict[st
     out = _Counted(stream, batches)
     if isinstance(sink, WriteSink):
         # Batches: the stage's operations run a batch ahead of the writer, in a thread.
-        result = write_shard(sink.op.writer_type, task.output_path,
-                             prefetch(iter(out)) if batches else iter(out), batches,
-                             sink.op.schema)
+        result = write_shard(
+            sink.op.writer_type,
+            task.output_path,
+            prefetch(iter(out)) if batches else iter(out),
+            batches,
+            sink.op.schema,
+        )
         builtin["records_written"] = result.records
         builtin["bytes_written"] = result.bytes
         value: Any = result.path
@@ -319,11 +340,20 @@ def _run_sink(task: Task, stream: Iterator[Any], batches: bool, builtin: dict[st
         value = list(_records(iter(out), batches))
     elif isinstance(sink, ScatterSink):
         op = sink.op
-        spec = ScatterSpec(sink.num_partitions, op.key_fn if isinstance(op, GroupByOp) else None,
-                           getattr(op, "sort_fn", None), getattr(op, "combiner_fn", None),
-                           getattr(op, "seed", 0))
-        res = scatter(_records(iter(out), batches), spec, os.path.join(task.scratch, "scatter"),
-                      task.memory_budget, task.shard_idx)
+        spec = ScatterSpec(
+            sink.num_partitions,
+            op.key_fn if isinstance(op, GroupByOp) else None,
+            getattr(op, "sort_fn", None),
+            getattr(op, "combiner_fn", None),
+            getattr(op, "seed", 0),
+        )
+        res = scatter(
+            _records(iter(out), batches),
+            spec,
+            os.path.join(task.scratch, "scatter"),
+            task.memory_budget,
+            task.shard_idx,
+        )
         builtin["spills"] = res.spills
         value = res.runs
     elif isinstance(sink, MaterializeSink):
@@ -361,10 +391,14 @@ def run_task(task: Task) -> TaskResult:
     cursor = Cursor(task.source_path, -1)
     builtin: dict[str, int] = {}
     try:
-        if (isinstance(task.sink, WriteSink) and task.sink.op.skip_existing
-                and fs.exists(task.output_path)):
-            return TaskResult(True, task.output_path, {"partitions_skipped": 1}, dict(user),
-                              pid=os.getpid())
+        if (
+            isinstance(task.sink, WriteSink)
+            and task.sink.op.skip_existing
+            and fs.exists(task.output_path)
+        ):
+            return TaskResult(
+                True, task.output_path, {"partitions_skipped": 1}, dict(user), pid=os.getpid()
+            )
         stream, batches, counted = build_stream(task, cursor)
         value = _run_sink(task, stream, batches, builtin)
         if counted is not None:
@@ -372,11 +406,18 @@ def run_task(task: Task) -> TaskResult:
         return TaskResult(True, value, builtin, dict(user), pid=os.getpid())
     except Exception as e:
         where = cursor.describe()
-        text = (f"{task.stage_name}, shard {task.shard_idx} of {task.total_shards} "
-                f"(attempt {task.attempt + 1}) failed at {where}: {type(e).__name__}: {e}")
-        return TaskResult(False, error=_picklable(e), error_text=text,
-                          fatal=isinstance(e, FATAL_ERRORS), traceback=traceback.format_exc(),
-                          pid=os.getpid())
+        text = (
+            f"{task.stage_name}, shard {task.shard_idx} of {task.total_shards} "
+            f"(attempt {task.attempt + 1}) failed at {where}: {type(e).__name__}: {e}"
+        )
+        return TaskResult(
+            False,
+            error=_picklable(e),
+            error_text=text,
+            fatal=isinstance(e, FATAL_ERRORS),
+            traceback=traceback.format_exc(),
+            pid=os.getpid(),
+        )
     finally:
         shared.reset_registry(stoken)
         counters.end_task(ctoken)

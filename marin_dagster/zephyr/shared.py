@@ -12,7 +12,8 @@ import pickle
 from typing import Any
 
 _registry: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
-    "zephyr_shared_registry", default=None)
+    "zephyr_shared_registry", default=None
+)
 _cache: dict[str, Any] = {}
 loads = 0  # how many times this process deserialized a shared object (tests read it)
 
@@ -31,8 +32,10 @@ def get_shared(name: str) -> Any:
     registry = _registry.get()
     if registry is None or name not in registry:
         known = sorted(registry) if registry else []
-        raise KeyError(f"no shared object {name!r}; upload it first with "
-                       f"ZephyrContext.upload_shared({name!r}, obj) (known: {known})")
+        raise KeyError(
+            f"no shared object {name!r}; upload it first with "
+            f"ZephyrContext.upload_shared({name!r}, obj) (known: {known})"
+        )
     path = registry[name]
     if path not in _cache:
         with open(path, "rb") as f:

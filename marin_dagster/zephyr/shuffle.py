@@ -58,8 +58,9 @@ def _entry_order(has_sort: bool) -> Callable[[tuple], Any]:
     return lambda e: order_key(e[0])
 
 
-def scatter(stream: Iterator[Any], spec: ScatterSpec, out_dir: str, memory_budget: int,
-            shard_idx: int) -> ScatterResult:
+def scatter(
+    stream: Iterator[Any], spec: ScatterSpec, out_dir: str, memory_budget: int, shard_idx: int
+) -> ScatterResult:
     """Partition `stream` into sorted runs under `out_dir`, spilling at `memory_budget` bytes."""
     os.makedirs(out_dir, exist_ok=True)
     n = spec.num_partitions
@@ -131,8 +132,10 @@ def _combine(buf: list[tuple], spec: ScatterSpec) -> Iterator[tuple]:
     assert spec.combiner_fn is not None and spec.key_fn is not None
     for _ok, group in itertools.groupby(buf, key=lambda e: order_key(e[0])):
         key, items = _split_group(group)
-        out = [(key, spec.sort_fn(r) if spec.sort_fn else None, r)
-               for r in results_of(spec.combiner_fn(key, items))]
+        out = [
+            (key, spec.sort_fn(r) if spec.sort_fn else None, r)
+            for r in results_of(spec.combiner_fn(key, items))
+        ]
         if spec.sort_fn is not None:
             out.sort(key=lambda e: e[1])
         yield from out
@@ -153,8 +156,13 @@ def _merge(runs: list[Run], has_sort: bool) -> Iterator[tuple]:
     return heapq.merge(*iters, key=_entry_order(has_sort))
 
 
-def merge_runs(runs: list[Run], has_sort: bool, scratch: str | None = None,
-               fanin: int = MERGE_FANIN, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple]:
+def merge_runs(
+    runs: list[Run],
+    has_sort: bool,
+    scratch: str | None = None,
+    fanin: int = MERGE_FANIN,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[tuple]:
     """All entries of `runs` in (key, sort) order, holding one chunk per merged run.
 
     More than `fanin` runs (many map tasks, or a small budget) are first merged
@@ -166,7 +174,7 @@ def merge_runs(runs: list[Run], has_sort: bool, scratch: str | None = None,
         os.makedirs(scratch, exist_ok=True)
         merged: list[Run] = []
         for g in range(0, len(runs), fanin):
-            group = runs[g:g + fanin]
+            group = runs[g : g + fanin]
             if len(group) == 1:
                 merged.append(group[0])
                 continue
@@ -184,8 +192,9 @@ def merge_runs(runs: list[Run], has_sort: bool, scratch: str | None = None,
     return _merge(runs, has_sort)
 
 
-def reduce_groups(entries: Iterator[tuple], reducer: Callable[[Any, Iterator[Any]], Any]
-                  ) -> Iterator[Any]:
+def reduce_groups(
+    entries: Iterator[tuple], reducer: Callable[[Any, Iterator[Any]], Any]
+) -> Iterator[Any]:
     for _ok, group in itertools.groupby(entries, key=lambda e: order_key(e[0])):
         key, items = _split_group(group)
         yield from results_of(reducer(key, items))

@@ -34,20 +34,30 @@ class WriteResult:
     bytes: int
 
 
-def format_shard_path(pattern: str | Callable[[int, int], str], shard_idx: int, total: int,
-                      basename: str | None = None) -> str:
+def format_shard_path(
+    pattern: str | Callable[[int, int], str],
+    shard_idx: int,
+    total: int,
+    basename: str | None = None,
+) -> str:
     """Fill {shard}, {total} and {basename} in an output pattern (Marin's placeholders)."""
     if callable(pattern):
         return pattern(shard_idx, total)
     if total > 1 and "{shard" not in pattern and "{basename" not in pattern:
-        raise ValueError(f"output pattern {pattern!r} has no {{shard}} placeholder but the dataset "
-                         f"has {total} shards, so they would overwrite each other; add e.g. "
-                         "'-{shard:05d}-of-{total:05d}' to the file name, or reshard(1)")
+        raise ValueError(
+            f"output pattern {pattern!r} has no {{shard}} placeholder but the dataset "
+            f"has {total} shards, so they would overwrite each other; add e.g. "
+            "'-{shard:05d}-of-{total:05d}' to the file name, or reshard(1)"
+        )
     try:
-        out = pattern.format(shard=shard_idx, total=total, basename=basename or f"shard_{shard_idx}")
+        out = pattern.format(
+            shard=shard_idx, total=total, basename=basename or f"shard_{shard_idx}"
+        )
     except (KeyError, IndexError) as e:
-        raise ValueError(f"output pattern {pattern!r} uses an unknown placeholder {e}; "
-                         "the placeholders are {shard}, {total} and {basename}") from None
+        raise ValueError(
+            f"output pattern {pattern!r} uses an unknown placeholder {e}; "
+            "the placeholders are {shard}, {total} and {basename}"
+        ) from None
     return fs.normalize(out)
 
 
@@ -126,16 +136,20 @@ def write_csv(path: str, stream: Iterator[Any], batches: bool = False) -> WriteR
         writer: csv.DictWriter | None = None
         for rec in _records(stream, batches):
             if not isinstance(rec, dict):
-                raise TypeError(f"write_csv {path}: record {n} is a {type(rec).__name__}, not a "
-                                "dict; map records to dicts before writing CSV")
+                raise TypeError(
+                    f"write_csv {path}: record {n} is a {type(rec).__name__}, not a "
+                    "dict; map records to dicts before writing CSV"
+                )
             if writer is None:
                 writer = csv.DictWriter(text, fieldnames=list(rec))
                 writer.writeheader()
             extra = set(rec) - set(writer.fieldnames)
             if extra:
-                raise ValueError(f"write_csv {path}: record {n} has field(s) {sorted(extra)} that "
-                                 f"the header {writer.fieldnames} (from the first record) lacks; "
-                                 "give every record the same fields")
+                raise ValueError(
+                    f"write_csv {path}: record {n} has field(s) {sorted(extra)} that "
+                    f"the header {writer.fieldnames} (from the first record) lacks; "
+                    "give every record the same fields"
+                )
             writer.writerow(rec)
             n += 1
         text.flush()
@@ -165,8 +179,9 @@ def _column(values: list[Any], field: str, first_index: int, path: str) -> pa.Ar
         raise SchemaConflictError(f"write_parquet {path}: field {field!r}: {e}") from None
 
 
-def _table_from_records(records: list[Any], schema: pa.Schema | None, first_index: int,
-                        path: str) -> pa.Table:
+def _table_from_records(
+    records: list[Any], schema: pa.Schema | None, first_index: int, path: str
+) -> pa.Table:
     if records and isinstance(records[0], dict):
         keys = records[0].keys()
         if all(isinstance(r, dict) and r.keys() == keys for r in records):
@@ -179,8 +194,10 @@ def _table_from_records(records: list[Any], schema: pa.Schema | None, first_inde
     names: dict[str, None] = dict.fromkeys(schema.names) if schema is not None else {}
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):
-            raise TypeError(f"write_parquet {path}: record {first_index + i} is a "
-                            f"{type(rec).__name__}, not a dict; map records to dicts first")
+            raise TypeError(
+                f"write_parquet {path}: record {first_index + i} is a "
+                f"{type(rec).__name__}, not a dict; map records to dicts first"
+            )
         if len(rec) != len(names) or any(k not in names for k in rec):
             names.update(dict.fromkeys(rec))
     arrays = [_column([r.get(name) for r in records], name, first_index, path) for name in names]
@@ -195,12 +212,15 @@ def _widen(current: pa.Schema, new: pa.Schema, path: str) -> pa.Schema:
             if f.name in current.names:
                 old = current.field(f.name).type
                 try:
-                    pa.unify_schemas([pa.schema([current.field(f.name)]), pa.schema([f])],
-                                     promote_options="permissive")
+                    pa.unify_schemas(
+                        [pa.schema([current.field(f.name)]), pa.schema([f])],
+                        promote_options="permissive",
+                    )
                 except (pa.ArrowInvalid, pa.ArrowTypeError):
                     raise SchemaConflictError(
                         f"write_parquet {path}: field {f.name!r} is {old} in earlier records but "
-                        f"{f.type} in later ones; give the field one type (or pass schema=)") from None
+                        f"{f.type} in later ones; give the field one type (or pass schema=)"
+                    ) from None
         raise SchemaConflictError(f"write_parquet {path}: {e}") from None
 
 
@@ -230,7 +250,8 @@ class _ParquetSink:
                     table = _conform(table, self.schema)
                 except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as e:
                     raise SchemaConflictError(
-                        f"write_parquet {self.out_path}: records do not fit the given schema: {e}") from None
+                        f"write_parquet {self.out_path}: records do not fit the given schema: {e}"
+                    ) from None
             else:
                 wider = _widen(self.schema, table.schema, self.out_path)
                 if not wider.equals(self.schema):
@@ -275,8 +296,9 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def write_parquet(path: str, stream: Iterator[Any], batches: bool = False,
-                  schema: pa.Schema | None = None) -> WriteResult:
+def write_parquet(
+    path: str, stream: Iterator[Any], batches: bool = False, schema: pa.Schema | None = None
+) -> WriteResult:
     """zstd Parquet; without `schema`, inferred from the records and widened as needed."""
     with tempfile.TemporaryDirectory(prefix="zephyr-parquet-") as tmp:
         sink = _ParquetSink(os.path.join(tmp, "part.parquet"), schema, schema is not None, path)
@@ -309,8 +331,9 @@ def write_parquet(path: str, stream: Iterator[Any], batches: bool = False,
 WRITERS = {"jsonl": write_jsonl, "csv": write_csv}
 
 
-def write_shard(writer_type: str, path: str, stream: Iterator[Any], batches: bool,
-                schema: Any = None) -> WriteResult:
+def write_shard(
+    writer_type: str, path: str, stream: Iterator[Any], batches: bool, schema: Any = None
+) -> WriteResult:
     if writer_type == "parquet":
         return write_parquet(path, stream, batches, schema)
     if writer_type in WRITERS:

@@ -29,12 +29,22 @@ def _factories(resources: str) -> dict[str, dg.AssetsDefinition]:
     tok = tokenizer("tokenizers/r", source=corpus, vocab_size=300, resources=r)
     clean = deduplicated("dedup/r", source=corpus, mode="exact", resources=r)
     ds = tokenized("tokenized/r", source=clean, tokenizer=tok, resources=r)
-    model = train_lm("checkpoints/r", model=llama_nano, datasets={ds: 1.0}, batch_size=2,
-                     num_train_steps=1, resources=r)
+    model = train_lm(
+        "checkpoints/r",
+        model=llama_nano,
+        datasets={ds: 1.0},
+        batch_size=2,
+        num_train_steps=1,
+        resources=r,
+    )
     folder = watched_folder("inbox/r", "/tmp/marin-inbox-r")
     return {
-        "sample_corpus": corpus, "tokenizer": tok, "deduplicated": clean, "tokenized": ds,
-        "train_lm": model, "evaluate": evaluate("eval/r", checkpoint=model, datasets=[ds], resources=r),
+        "sample_corpus": corpus,
+        "tokenizer": tok,
+        "deduplicated": clean,
+        "tokenized": ds,
+        "train_lm": model,
+        "evaluate": evaluate("eval/r", checkpoint=model, datasets=[ds], resources=r),
         "folder_corpus": folder_corpus("raw/inbox-r", source=folder, resources=r),
         "dataset_stats": dataset_stats("stats/r", [clean, ds], resources=r),
     }

@@ -15,8 +15,9 @@ def _materialize(folder: str, prefix: str, **config) -> tuple[dg.ExecuteInProces
     corpus = folder_corpus("raw/inbox_corpus", source=inbox, **config)
     storage = StorageResource(prefix=prefix)
     with dg.instance_for_test() as instance:
-        result = dg.materialize([corpus], instance=instance, resources={"storage": storage},
-                                raise_on_error=False)
+        result = dg.materialize(
+            [corpus], instance=instance, resources={"storage": storage}, raise_on_error=False
+        )
     return result, storage.output_path("raw/inbox_corpus", corpus.code_versions_by_key[corpus.key])
 
 

@@ -12,8 +12,11 @@ from marin_dagster.levanter import llama_nano
 @pytest.fixture(scope="module")
 def dataset():
     corpus = sample_corpus("raw/cfg")
-    return tokenized("tokenized/cfg", source=corpus,
-                     tokenizer=tokenizer("tokenizers/cfg", source=corpus, vocab_size=512))
+    return tokenized(
+        "tokenized/cfg",
+        source=corpus,
+        tokenizer=tokenizer("tokenizers/cfg", source=corpus, vocab_size=512),
+    )
 
 
 def _train(dataset, **config):
@@ -21,11 +24,21 @@ def _train(dataset, **config):
     return train_lm("checkpoints/cfg", model=llama_nano, datasets={dataset: 1.0}, **config)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("seq_len", 0), ("seq_len", -3), ("seq_len", 1), ("steps_per_eval", 0),
-    ("checkpoint_every_steps", -1), ("checkpoint_every_steps", 0), ("keep", 0), ("max_eval_batches", 0),
-    ("batch_size", 0), ("num_train_steps", 0),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("seq_len", 0),
+        ("seq_len", -3),
+        ("seq_len", 1),
+        ("steps_per_eval", 0),
+        ("checkpoint_every_steps", -1),
+        ("checkpoint_every_steps", 0),
+        ("keep", 0),
+        ("max_eval_batches", 0),
+        ("batch_size", 0),
+        ("num_train_steps", 0),
+    ],
+)
 def test_train_lm_refuses_values_that_cannot_run(dataset, field, value):
     with pytest.raises(ValueError) as err:
         _train(dataset, **{field: value})
@@ -48,9 +61,17 @@ def test_evaluate_refuses_zero_batches(dataset):
         evaluate("eval/cfg", checkpoint=_train(dataset), datasets=[dataset], max_batches=0)
 
 
-@pytest.mark.parametrize("field, value", [("num_perm", 0), ("num_perm", -1), ("seed", -1),
-                                          ("cc_max_iterations", 0), ("threshold", 0.0),
-                                          ("ngram", 0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_perm", 0),
+        ("num_perm", -1),
+        ("seed", -1),
+        ("cc_max_iterations", 0),
+        ("threshold", 0.0),
+        ("ngram", 0),
+    ],
+)
 def test_deduplicated_refuses_values_that_cannot_run(field, value):
     with pytest.raises(ValueError) as err:
         deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode="fuzzy", **{field: value})

@@ -60,13 +60,17 @@ def test_ids_and_bytes_are_deterministic(tmp_path, downloads):
         corpus = sample_corpus("raw/shakespeare")
         with dg.instance_for_test() as instance:
             dg.materialize([corpus], instance=instance, resources={"storage": storage})
-        outputs.append(storage.output_path("raw/shakespeare", corpus.code_versions_by_key[corpus.key]))
+        outputs.append(
+            storage.output_path("raw/shakespeare", corpus.code_versions_by_key[corpus.key])
+        )
     names = sorted(os.listdir(outputs[0]))
     assert names == sorted(os.listdir(outputs[1]))
     for name in names:
         if name.startswith("part-"):
-            assert open(os.path.join(outputs[0], name), "rb").read() == \
-                open(os.path.join(outputs[1], name), "rb").read()
+            assert (
+                open(os.path.join(outputs[0], name), "rb").read()
+                == open(os.path.join(outputs[1], name), "rb").read()
+            )
     assert read_status(outputs[0]).data_version == read_status(outputs[1]).data_version
 
 
@@ -87,14 +91,45 @@ def test_readme_commands_then_the_script_skips_everything(tmp_path, dagster_home
     """The README's `dagster` commands, then the experiment file as a script: the whole demo
     runs once, and the second way in finds every step done and skips it."""
     prefix = str(tmp_path / "data")
-    out = _cli([DAGSTER, "definitions", "validate", "-w", "workspace.yaml"], prefix, dagster_home, downloads)
+    out = _cli(
+        [DAGSTER, "definitions", "validate", "-w", "workspace.yaml"],
+        prefix,
+        dagster_home,
+        downloads,
+    )
     assert "All code locations passed validation" in out
-    out = _cli([DAGSTER, "asset", "materialize", "-m", "marin_dagster.definitions",
-                "--select", "raw/shakespeare"], prefix, dagster_home, downloads)
+    out = _cli(
+        [
+            DAGSTER,
+            "asset",
+            "materialize",
+            "-m",
+            "marin_dagster.definitions",
+            "--select",
+            "raw/shakespeare",
+        ],
+        prefix,
+        dagster_home,
+        downloads,
+    )
     assert "RUN_SUCCESS" in out
-    out = _cli([DAGSTER, "job", "execute", "-m", "marin_dagster.definitions",
-                "-j", "shakespeare_nano_job"], prefix, dagster_home, downloads)
-    assert "RUN_SUCCESS" in out and "already SUCCESS" in out, "the job reuses the CLI's materialization"
+    out = _cli(
+        [
+            DAGSTER,
+            "job",
+            "execute",
+            "-m",
+            "marin_dagster.definitions",
+            "-j",
+            "shakespeare_nano_job",
+        ],
+        prefix,
+        dagster_home,
+        downloads,
+    )
+    assert "RUN_SUCCESS" in out and "already SUCCESS" in out, (
+        "the job reuses the CLI's materialization"
+    )
     from assets.experiments.shakespeare_nano import experiment
 
     keys = experiment.asset_keys()
@@ -102,19 +137,35 @@ def test_readme_commands_then_the_script_skips_everything(tmp_path, dagster_home
         event = instance.get_latest_materialization_event(dg.AssetKey(["raw", "shakespeare"]))
         assert event.asset_materialization.metadata["skipped"].value is True
         assert {r.job_name for r in instance.get_runs()} == {"__ASSET_JOB", "shakespeare_nano_job"}
-        first = {k: instance.get_latest_materialization_event(k).asset_materialization for k in keys}
-    assert all(not m.metadata["skipped"].value for k, m in first.items() if k != dg.AssetKey(["raw", "shakespeare"]))
+        first = {
+            k: instance.get_latest_materialization_event(k).asset_materialization for k in keys
+        }
+    assert all(
+        not m.metadata["skipped"].value
+        for k, m in first.items()
+        if k != dg.AssetKey(["raw", "shakespeare"])
+    )
     # The larger model learns visibly more than llama_nano in the same demo.
-    nano, small = (first[dg.AssetKey(["eval", f"{m}-shakespeare"])].metadata
-                   ["tokenized/shakespeare/loss"].value for m in ("nano", "small"))
+    nano, small = (
+        first[dg.AssetKey(["eval", f"{m}-shakespeare"])]
+        .metadata["tokenized/shakespeare/loss"]
+        .value
+        for m in ("nano", "small")
+    )
     assert small < nano - 1.0, (small, nano)
 
-    _cli([sys.executable, "assets/experiments/shakespeare_nano.py"], prefix, dagster_home, downloads)
+    _cli(
+        [sys.executable, "assets/experiments/shakespeare_nano.py"], prefix, dagster_home, downloads
+    )
     with dg.DagsterInstance.get() as instance:
-        again = {k: instance.get_latest_materialization_event(k).asset_materialization for k in keys}
+        again = {
+            k: instance.get_latest_materialization_event(k).asset_materialization for k in keys
+        }
         assert len(instance.get_runs()) == 3
     for key in keys:
         assert again[key].metadata["skipped"].value is True, key
-        assert again[key].tags["dagster/data_version"] == first[key].tags["dagster/data_version"], key
+        assert again[key].tags["dagster/data_version"] == first[key].tags["dagster/data_version"], (
+            key
+        )
     (folder,) = [p for p in os.listdir(os.path.join(prefix, "raw")) if p.startswith("shakespeare-")]
     assert read_status(os.path.join(prefix, "raw", folder)).status == StepStatus.SUCCESS

@@ -15,7 +15,10 @@ from resources.zephyr import ZephyrResource
 
 
 def _meta(result, asset):
-    return {k: v.value for k, v in result.asset_materializations_for_node(asset.op.name)[0].metadata.items()}
+    return {
+        k: v.value
+        for k, v in result.asset_materializations_for_node(asset.op.name)[0].metadata.items()
+    }
 
 
 def test_tokenizer_and_token_cache_assets(tmp_path, downloads):
@@ -36,15 +39,19 @@ def test_tokenizer_and_token_cache_assets(tmp_path, downloads):
         assert ds_meta["dtype"] == "uint16"
         assert ds_meta["tokens"] > 1_000_000
         # progress of the tokenize stage in the run log while it runs, not only the total
-        progress = [e.user_message for e in instance.all_logs(result.run_id)
-                    if e.step_key == ds.op.name and e.user_message.startswith("zephyr 1/1 ")]
+        progress = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.step_key == ds.op.name and e.user_message.startswith("zephyr 1/1 ")
+        ]
         assert any("0/2" in m for m in progress) and any("2/2" in m for m in progress), progress
 
         cache_path = ds_meta["path"]
         cache = TokenCache.open(cache_path, split="train")
         assert cache.num_tokens == ds_meta["train_tokens"]
         text = load_tokenizer(fs.join(tok_meta["path"], "tokenizer.json")).decode(
-            cache[0].tolist(), skip_special_tokens=True)
+            cache[0].tolist(), skip_special_tokens=True
+        )
         assert len(text) > 1000
 
         # nothing changed: both steps skip

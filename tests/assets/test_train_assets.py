@@ -19,7 +19,9 @@ from marin_dagster.levanter import AdamConfig, llama_nano
 from marin_dagster.levanter.checkpoint import load_params
 from tests.conftest import REPO, subprocess_env
 
-TINY = dataclasses.replace(llama_nano, seq_len=128, hidden_dim=32, intermediate_dim=64, num_layers=1)
+TINY = dataclasses.replace(
+    llama_nano, seq_len=128, hidden_dim=32, intermediate_dim=64, num_layers=1
+)
 
 
 def build(vocab_size: int = 512, steps: int = 12, checkpoint_every_steps: int | None = None):
@@ -29,10 +31,16 @@ def build(vocab_size: int = 512, steps: int = 12, checkpoint_every_steps: int | 
     corpus = sample_corpus("raw/shakespeare", num_shards=2)
     tok = tokenizer("tokenizers/shakespeare-bpe", source=corpus, vocab_size=vocab_size)
     ds = tokenized("tokenized/shakespeare", source=corpus, tokenizer=tok, validation=0.1)
-    model = train_lm("checkpoints/tiny-shakespeare", model=TINY,
-                     optimizer=AdamConfig(learning_rate=3e-3, warmup=2),
-                     datasets={ds: 1.0}, batch_size=4, seq_len=128, num_train_steps=steps,
-                     checkpoint_every_steps=checkpoint_every_steps)
+    model = train_lm(
+        "checkpoints/tiny-shakespeare",
+        model=TINY,
+        optimizer=AdamConfig(learning_rate=3e-3, warmup=2),
+        datasets={ds: 1.0},
+        batch_size=4,
+        seq_len=128,
+        num_train_steps=steps,
+        checkpoint_every_steps=checkpoint_every_steps,
+    )
     ev = evaluate("eval/tiny-shakespeare", checkpoint=model, datasets=[ds], max_batches=2)
     return [corpus, tok, ds, model, ev]
 
@@ -42,21 +50,27 @@ def _resources(prefix, downloads):
     from resources.storage import StorageResource
     from resources.zephyr import ZephyrResource
 
-    return {"storage": StorageResource(prefix=prefix, downloads=downloads),
-            "zephyr": ZephyrResource(max_workers=2),
-            "levanter": LevanterResource(log_every=2, checkpoint_every_minutes=None)}
+    return {
+        "storage": StorageResource(prefix=prefix, downloads=downloads),
+        "zephyr": ZephyrResource(max_workers=2),
+        "levanter": LevanterResource(log_every=2, checkpoint_every_minutes=None),
+    }
 
 
 def _meta(result, asset):
-    return {k: v.value for k, v in result.asset_materializations_for_node(asset.op.name)[0].metadata.items()}
+    return {
+        k: v.value
+        for k, v in result.asset_materializations_for_node(asset.op.name)[0].metadata.items()
+    }
 
 
 def test_train_lm_and_evaluate_assets(tmp_path, downloads):
     assets = build()
     model, ev = assets[3], assets[4]
     with dg.instance_for_test() as instance:
-        result = dg.materialize(assets, instance=instance,
-                                resources=_resources(str(tmp_path / "data"), downloads))
+        result = dg.materialize(
+            assets, instance=instance, resources=_resources(str(tmp_path / "data"), downloads)
+        )
         meta = _meta(result, model)
         assert meta["steps"] == 12
         assert meta["total_tokens"] == 12 * 4 * 128
@@ -66,7 +80,9 @@ def test_train_lm_and_evaluate_assets(tmp_path, downloads):
         assert 0 < meta["mfu"] < 1
         assert meta["loss_curve"].startswith("![loss curve](data:image/png;base64,")
         assert meta["sample"].startswith("```")
-        assert meta["path"].endswith(f"checkpoints/tiny-shakespeare-{model.code_versions_by_key[model.key]}")
+        assert meta["path"].endswith(
+            f"checkpoints/tiny-shakespeare-{model.code_versions_by_key[model.key]}"
+        )
         for name in ("metrics.jsonl", "config.json"):
             assert fs.exists(fs.join(meta["path"], name))
         ev_meta = _meta(result, ev)
@@ -82,8 +98,13 @@ def test_train_lm_rejects_bad_mixtures(tmp_path):
     with pytest.raises(ValueError, match="mixture weight must be a positive number"):
         train_lm("checkpoints/x", model=TINY, datasets={ds: 0.0}, batch_size=4, num_train_steps=1)
     with pytest.raises(ValueError, match="must be tokenized"):
-        train_lm("checkpoints/x", model=TINY, datasets={sample_corpus("raw/shakespeare"): 1.0},
-                 batch_size=4, num_train_steps=1)
+        train_lm(
+            "checkpoints/x",
+            model=TINY,
+            datasets={sample_corpus("raw/shakespeare"): 1.0},
+            batch_size=4,
+            num_train_steps=1,
+        )
     with pytest.raises(ValueError, match="datasets is empty"):
         train_lm("checkpoints/x", model=TINY, datasets={}, batch_size=4, num_train_steps=1)
 
@@ -96,12 +117,25 @@ def _materialize_main() -> None:
     prefix, downloads = sys.argv[1], sys.argv[2]
     assets = build(steps=40)
     instance = dg.DagsterInstance.get()
-    result = dg.materialize(assets[:4], instance=instance,
-                            resources={**_resources(prefix, downloads), "levanter": LevanterResource(log_every=2)})
-    step_log = [e.user_message for e in instance.all_logs(result.run_id)
-                if e.step_key == assets[3].op.name and not e.is_dagster_event]
-    sys.stdout.write(json.dumps({"resumed_from_step": _meta(result, assets[3])["resumed_from_step"],
-                                 "step_log": step_log}) + "\n")
+    result = dg.materialize(
+        assets[:4],
+        instance=instance,
+        resources={**_resources(prefix, downloads), "levanter": LevanterResource(log_every=2)},
+    )
+    step_log = [
+        e.user_message
+        for e in instance.all_logs(result.run_id)
+        if e.step_key == assets[3].op.name and not e.is_dagster_event
+    ]
+    sys.stdout.write(
+        json.dumps(
+            {
+                "resumed_from_step": _meta(result, assets[3])["resumed_from_step"],
+                "step_log": step_log,
+            }
+        )
+        + "\n"
+    )
 
 
 def test_killed_training_resumes_from_its_checkpoint(tmp_path, dagster_home, downloads):
@@ -109,14 +143,31 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path, dagster_home, dow
     the run), the rerun resumes from step 28, says so before training, and ends with the
     parameters of an uninterrupted run."""
     prefix = str(tmp_path / "data")
-    cmd = [sys.executable, "-c", "from tests.assets.test_train_assets import _materialize_main; _materialize_main()",
-           prefix, downloads]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [
+        sys.executable,
+        "-c",
+        "from tests.assets.test_train_assets import _materialize_main; _materialize_main()",
+        prefix,
+        downloads,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=subprocess_env(),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     model = build(steps=40)[3]
-    output = fs.join(prefix, f"checkpoints/tiny-shakespeare-{model.code_versions_by_key[model.key]}")
+    output = fs.join(
+        prefix, f"checkpoints/tiny-shakespeare-{model.code_versions_by_key[model.key]}"
+    )
     deadline = time.time() + 600
-    while not (os.path.isdir(output) and any(n.isdigit() and int(n) >= 28 for n in _checkpoint_steps(output))):
+    while not (
+        os.path.isdir(output)
+        and any(n.isdigit() and int(n) >= 28 for n in _checkpoint_steps(output))
+    ):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.time() < deadline, "no checkpoint appeared"
         time.sleep(0.02)
@@ -125,22 +176,38 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path, dagster_home, dow
     from marin_dagster.execution.status import StepStatus, read_status
 
     assert read_status(output).status == StepStatus.RUNNING
-    assert not fs.exists(fs.join(output, "params.npz")), "the final params are written only at the end"
-    rerun = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=900)
+    assert not fs.exists(fs.join(output, "params.npz")), (
+        "the final params are written only at the end"
+    )
+    rerun = subprocess.run(
+        cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=900
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     report = json.loads(rerun.stdout.splitlines()[-1])
-    assert 28 <= report["resumed_from_step"] < 40, "killed after the last step: the test is too slow"
+    assert 28 <= report["resumed_from_step"] < 40, (
+        "killed after the last step: the test is too slow"
+    )
     step_log = report["step_log"]
-    said = [i for i, m in enumerate(step_log) if m.startswith(f"resumed from step {report['resumed_from_step']} ")]
+    said = [
+        i
+        for i, m in enumerate(step_log)
+        if m.startswith(f"resumed from step {report['resumed_from_step']} ")
+    ]
     trained = [i for i, m in enumerate(step_log) if m.startswith("step ")]
     assert said and trained and said[0] < trained[0], step_log
 
     clean_prefix = str(tmp_path / "clean")
-    clean = subprocess.run([*cmd[:3], clean_prefix, downloads], cwd=REPO, env=subprocess_env(),
-                           capture_output=True, text=True, timeout=900)
+    clean = subprocess.run(
+        [*cmd[:3], clean_prefix, downloads],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert clean.returncode == 0, clean.stderr[-3000:]
     resumed = load_params(fs.join(output, "params.npz"))
-    uninterrupted = load_params(fs.join(clean_prefix, output[len(prefix) + 1:], "params.npz"))
+    uninterrupted = load_params(fs.join(clean_prefix, output[len(prefix) + 1 :], "params.npz"))
     flat_a, flat_b = _flatten(resumed), _flatten(uninterrupted)
     assert flat_a.keys() == flat_b.keys()
     for key in flat_a:

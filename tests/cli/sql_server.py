@@ -22,8 +22,9 @@ MARIN = os.path.join(os.path.dirname(sys.executable), "marin")
 def sql_server(args: list[str], log: str, cwd: str, **env: str) -> Iterator[str]:
     """`marin sql --serve --port P *args`, up and answering /health; yields its URL."""
     port = free_port()
-    with dagster_process([MARIN, "sql", "--serve", "--port", str(port), *args], log, cwd=cwd,
-                         **env) as proc:
+    with dagster_process(
+        [MARIN, "sql", "--serve", "--port", str(port), *args], log, cwd=cwd, **env
+    ) as proc:
         url = f"http://127.0.0.1:{port}"
         deadline = time.time() + 120
         while True:
@@ -37,7 +38,9 @@ def sql_server(args: list[str], log: str, cwd: str, **env: str) -> Iterator[str]
 
 
 def post_sql(url: str, sql: str) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"{url}/query", data=sql.encode(), headers={"Content-Type": "text/plain"})
+    request = urllib.request.Request(
+        f"{url}/query", data=sql.encode(), headers={"Content-Type": "text/plain"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())

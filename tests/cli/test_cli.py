@@ -21,8 +21,15 @@ CORPUS = "raw/shakespeare"
 
 
 def marin(*args: str, env: dict[str, str], cwd: str) -> subprocess.CompletedProcess:
-    return subprocess.run([MARIN, *args], env=subprocess_env(**env), cwd=cwd, capture_output=True,
-                          text=True, timeout=180, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [MARIN, *args],
+        env=subprocess_env(**env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +54,11 @@ def materialized(workdir) -> dict[str, Any]:
     os.environ["DAGSTER_HOME"] = workdir["DAGSTER_HOME"]
     try:
         with dg.DagsterInstance.get() as instance:
-            result = dg.materialize([steps[CORPUS].asset], instance=instance,
-                                    resources=local_resources(workdir["MARIN_PREFIX"]))
+            result = dg.materialize(
+                [steps[CORPUS].asset],
+                instance=instance,
+                resources=local_resources(workdir["MARIN_PREFIX"]),
+            )
             assert result.success
             event = instance.get_latest_materialization_event(steps[CORPUS].asset.key)
     finally:
@@ -77,7 +87,10 @@ def in_process(capsys, monkeypatch, *args: str, env: dict[str, str]) -> tuple[in
 
 
 def test_status_before_materializing(tmp_path, capsys, monkeypatch):
-    fresh = {"MARIN_PREFIX": str(tmp_path / "empty"), "DAGSTER_HOME": ensure_home(str(tmp_path / "h"))}
+    fresh = {
+        "MARIN_PREFIX": str(tmp_path / "empty"),
+        "DAGSTER_HOME": ensure_home(str(tmp_path / "h")),
+    }
     code, out, err = in_process(capsys, monkeypatch, "status", "--json", env=fresh)
     assert code == 0, err
     rows = {r["asset"]: r for r in json.loads(out)}
@@ -89,7 +102,15 @@ def test_status_shows_version_status_path_size_and_last_run(materialized, capsys
     out = marin("status", env=_env(materialized), cwd=materialized["cwd"])
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split() == ["asset", "version", "status", "output", "size", "last", "materialization"]
+    assert lines[0].split() == [
+        "asset",
+        "version",
+        "status",
+        "output",
+        "size",
+        "last",
+        "materialization",
+    ]
     row = next(line for line in lines if line.startswith(CORPUS + " "))
     step, md = materialized["step"], materialized["metadata"]
     path = os.path.join(materialized["MARIN_PREFIX"], f"{CORPUS}-{step.version}")
@@ -104,7 +125,9 @@ def test_status_shows_version_status_path_size_and_last_run(materialized, capsys
 
 
 def test_sql_prints_a_table_of_the_asset_view(materialized, capsys, monkeypatch):
-    query = f'SELECT edition, count(*) AS documents FROM "{CORPUS}" GROUP BY edition ORDER BY edition'
+    query = (
+        f'SELECT edition, count(*) AS documents FROM "{CORPUS}" GROUP BY edition ORDER BY edition'
+    )
     out = marin("sql", query, env=_env(materialized), cwd=materialized["cwd"])
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -114,12 +137,19 @@ def test_sql_prints_a_table_of_the_asset_view(materialized, capsys, monkeypatch)
     assert lines[-1] == f"({len(counts)} rows)"
 
     monkeypatch.chdir(materialized["cwd"])
-    code, out, _ = in_process(capsys, monkeypatch, "sql", f'SELECT id, title FROM "{CORPUS}" LIMIT 5',
-                              "--json", env=_env(materialized))
+    code, out, _ = in_process(
+        capsys,
+        monkeypatch,
+        "sql",
+        f'SELECT id, title FROM "{CORPUS}" LIMIT 5',
+        "--json",
+        env=_env(materialized),
+    )
     assert code == 0 and len(json.loads(out)["rows"]) == 5
 
-    code, out, err = in_process(capsys, monkeypatch, "sql", f"COPY \"{CORPUS}\" TO 'out.csv'",
-                                env=_env(materialized))
+    code, out, err = in_process(
+        capsys, monkeypatch, "sql", f"COPY \"{CORPUS}\" TO 'out.csv'", env=_env(materialized)
+    )
     assert code == 1
     assert "COPY statements are refused" in err and f'"{CORPUS}"' in err
     assert not os.path.exists(os.path.join(materialized["cwd"], "out.csv"))
@@ -127,8 +157,9 @@ def test_sql_prints_a_table_of_the_asset_view(materialized, capsys, monkeypatch)
 
 @pytest.fixture
 def served(materialized, tmp_path) -> Iterator[str]:
-    with sql_server(["--max-rows", "50"], str(tmp_path / "serve.log"), materialized["cwd"],
-                    **_env(materialized)) as url:
+    with sql_server(
+        ["--max-rows", "50"], str(tmp_path / "serve.log"), materialized["cwd"], **_env(materialized)
+    ) as url:
         yield url
 
 
@@ -143,9 +174,11 @@ def test_sql_serve_answers_queries_and_refuses_writes(served, materialized):
     assert again["cached"] is True and again["rows"] == body["rows"]
     code, body = post_sql(served, f'SELECT count(*) FROM "{CORPUS}"')
     assert body["rows"] == [[materialized["metadata"]["documents"]]]
-    for sql in (f"COPY \"{CORPUS}\" TO '{materialized['MARIN_PREFIX']}/leak.csv'",
-                f"ATTACH '{materialized['MARIN_PREFIX']}/x.duckdb'",
-                "SELECT * FROM read_text('/etc/hostname')"):
+    for sql in (
+        f"COPY \"{CORPUS}\" TO '{materialized['MARIN_PREFIX']}/leak.csv'",
+        f"ATTACH '{materialized['MARIN_PREFIX']}/x.duckdb'",
+        "SELECT * FROM read_text('/etc/hostname')",
+    ):
         code, body = post_sql(served, sql)
         assert code == 403, (sql, body)
     assert not os.path.exists(os.path.join(materialized["MARIN_PREFIX"], "leak.csv"))
@@ -165,9 +198,14 @@ def test_status_ends_runs_whose_process_is_gone(tmp_path, capsys, monkeypatch):
     gone.wait()
     run_id = str(uuid.uuid4())
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        instance.add_run(dg.DagsterRun(job_name="shakespeare_nano_job", run_id=run_id,
-                                       status=dg.DagsterRunStatus.STARTED,
-                                       tags={RUN_PID_TAG: str(gone.pid), RUN_HOST_TAG: socket.gethostname()}))
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="shakespeare_nano_job",
+                run_id=run_id,
+                status=dg.DagsterRunStatus.STARTED,
+                tags={RUN_PID_TAG: str(gone.pid), RUN_HOST_TAG: socket.gethostname()},
+            )
+        )
     code, _, err = in_process(capsys, monkeypatch, "status", "--json", env=env)
     assert code == 0
     assert f"marked 1 run(s) whose process on this host is gone as failed: {run_id}" in err

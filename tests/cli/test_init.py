@@ -14,8 +14,15 @@ MARIN = os.path.join(os.path.dirname(sys.executable), "marin")
 
 
 def marin(*args: str, cwd: str) -> subprocess.CompletedProcess:
-    return subprocess.run([MARIN, *args], env=subprocess_env(), cwd=cwd, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [MARIN, *args],
+        env=subprocess_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_init_creates_the_home(tmp_path):

@@ -29,13 +29,26 @@ def _corpus() -> list[dict[str, Any]]:
     """40 documents of random words; documents 30-39 copy 0-9 with one word changed."""
     rng = random.Random(7)
     words = [f"w{i}" for i in range(400)]
-    docs = [{"id": f"doc-{i:02d}", "title": f"t{i % 4}", "edition": "modern",
-             "text": " ".join(rng.choice(words) for _ in range(120))} for i in range(30)]
+    docs = [
+        {
+            "id": f"doc-{i:02d}",
+            "title": f"t{i % 4}",
+            "edition": "modern",
+            "text": " ".join(rng.choice(words) for _ in range(120)),
+        }
+        for i in range(30)
+    ]
     for i in range(10):
         text = docs[i]["text"].split()
         text[5] = "changed"
-        docs.append({"id": f"doc-{30 + i:02d}", "title": docs[i]["title"], "edition": "folio",
-                     "text": " ".join(text)})
+        docs.append(
+            {
+                "id": f"doc-{30 + i:02d}",
+                "title": docs[i]["title"],
+                "edition": "folio",
+                "text": " ".join(text),
+            }
+        )
     return docs
 
 
@@ -48,12 +61,20 @@ def _steps() -> dict[str, Any]:
 def _build(prefix: str) -> dict[str, Any]:
     steps = _steps()
     docs = _corpus()
-    raw = write_output(prefix, RAW, steps[RAW].version, {
-        "part-00000-of-00002.jsonl.gz": jsonl_gz(docs[0::2]),
-        "part-00001-of-00002.jsonl.gz": jsonl_gz(docs[1::2]),
-    })
-    execute_step(fs.join(prefix, f"{TOKENIZER}-{steps[TOKENIZER].version}"), steps[TOKENIZER].version,
-                 lambda out: (train_tokenizer((d["text"] for d in docs), out, vocab_size=300), {})[1])
+    raw = write_output(
+        prefix,
+        RAW,
+        steps[RAW].version,
+        {
+            "part-00000-of-00002.jsonl.gz": jsonl_gz(docs[0::2]),
+            "part-00001-of-00002.jsonl.gz": jsonl_gz(docs[1::2]),
+        },
+    )
+    execute_step(
+        fs.join(prefix, f"{TOKENIZER}-{steps[TOKENIZER].version}"),
+        steps[TOKENIZER].version,
+        lambda out: (train_tokenizer((d["text"] for d in docs), out, vocab_size=300), {})[1],
+    )
     counts: dict[str, Any] = {}
 
     def dedup(out: str) -> dict[str, Any]:
@@ -102,22 +123,29 @@ def test_sql_answers_once_the_demo_outputs_exist(demo_outputs, capsys, monkeypat
     assert json.loads(out)["rows"] == [[1]]
 
     # The dedup view is its documents: the input's fields, one row per document kept.
-    code, out, err = marin_sql(capsys, monkeypatch, prefix,
-                               f'SELECT * FROM "{DEDUP}" ORDER BY id', "--json")
+    code, out, err = marin_sql(
+        capsys, monkeypatch, prefix, f'SELECT * FROM "{DEDUP}" ORDER BY id', "--json"
+    )
     assert code == 0, err
     result = json.loads(out)
     assert set(result["columns"]) == {"id", "title", "edition", "text"}
     kept = demo_outputs["counts"]["document"]["kept"]
     assert result["row_count"] == kept == 30
-    assert [r[result["columns"].index("id")] for r in result["rows"]] == [f"doc-{i:02d}" for i in range(30)]
+    assert [r[result["columns"].index("id")] for r in result["rows"]] == [
+        f"doc-{i:02d}" for i in range(30)
+    ]
 
-    code, out, err = marin_sql(capsys, monkeypatch, prefix, f'SELECT count(*) AS n FROM "{RAW}"', "--json")
+    code, out, err = marin_sql(
+        capsys, monkeypatch, prefix, f'SELECT count(*) AS n FROM "{RAW}"', "--json"
+    )
     assert code == 0 and json.loads(out)["rows"] == [[40]], err
 
     # The tokenizer's output holds no data shards (tokenizer.json is one JSON document): no view.
     code, out, err = marin_sql(capsys, monkeypatch, prefix, f'SELECT * FROM "{TOKENIZER}"')
     assert code == 1
-    assert f'"{DEDUP}"' in err and f'"{RAW}"' in err and f'"{TOKENIZER}"' not in err.split("views:")[1]
+    assert (
+        f'"{DEDUP}"' in err and f'"{RAW}"' in err and f'"{TOKENIZER}"' not in err.split("views:")[1]
+    )
 
 
 @pytest.fixture
@@ -135,10 +163,14 @@ def broken_raw(demo_outputs) -> Iterator[dict[str, Any]]:
             f.write(good)
 
 
-def test_one_view_that_cannot_be_built_does_not_stop_the_others(broken_raw, capsys, monkeypatch, caplog):
+def test_one_view_that_cannot_be_built_does_not_stop_the_others(
+    broken_raw, capsys, monkeypatch, caplog
+):
     prefix = broken_raw["prefix"]
     with caplog.at_level(logging.WARNING, logger="marin_dagster"):
-        code, out, err = marin_sql(capsys, monkeypatch, prefix, f'SELECT count(*) FROM "{DEDUP}"', "--json")
+        code, out, err = marin_sql(
+            capsys, monkeypatch, prefix, f'SELECT count(*) FROM "{DEDUP}"', "--json"
+        )
     assert code == 0, err
     assert json.loads(out)["rows"] == [[30]]
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

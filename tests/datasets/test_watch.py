@@ -65,7 +65,9 @@ def test_a_tick_on_10000_files_hashes_only_changed_files(big_folder, watch):
         assert again.hashed == 0 and again.content_hash == first.content_hash
         assert again.statted == (0 if watch else N)
 
-        changed = [os.path.join(big_folder, f"d{i % 20:02d}", f"f{i:05d}.txt") for i in (3, 500, 9999)]
+        changed = [
+            os.path.join(big_folder, f"d{i % 20:02d}", f"f{i:05d}.txt") for i in (3, 500, 9999)
+        ]
         for path in changed:
             with open(path, "a") as f:
                 f.write("edited\n")
@@ -79,7 +81,9 @@ def test_a_tick_on_10000_files_hashes_only_changed_files(big_folder, watch):
 
         after = state.snapshot()
         assert after.files == N + 1
-        assert after.hashed == 5  # 3 edited, 1 added, 1 renamed (its content is read under the new name)
+        assert (
+            after.hashed == 5
+        )  # 3 edited, 1 added, 1 renamed (its content is read under the new name)
         assert after.statted <= 10 if watch else after.statted == N + 1
         assert after.content_hash == expected_hash(big_folder)
         assert after.content_hash != first.content_hash

@@ -32,8 +32,9 @@ def jsonl_gz(records: Sequence[Mapping[str, Any]]) -> bytes:
     return gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode(), mtime=0)
 
 
-def write_token_cache(prefix: str, name: str, version: str,
-                      splits: Mapping[str, Sequence[Sequence[Sequence[int]]]]) -> str:
+def write_token_cache(
+    prefix: str, name: str, version: str, splits: Mapping[str, Sequence[Sequence[Sequence[int]]]]
+) -> str:
     """A token cache in the documented layout, built with the tokenize package's writer."""
     path = fs.join(prefix, f"{name}-{version}")
 
@@ -59,8 +60,10 @@ def write_token_cache(prefix: str, name: str, version: str,
 @pytest.fixture
 def corpus_records() -> list[dict[str, Any]]:
     words = ["to", "be", "or", "not", "that", "is", "the", "question"]
-    return [{"id": f"doc-{i}", "text": " ".join(words[: 1 + i % 8]) * (1 + i), "title": f"t{i % 3}"}
-            for i in range(40)]
+    return [
+        {"id": f"doc-{i}", "text": " ".join(words[: 1 + i % 8]) * (1 + i), "title": f"t{i % 3}"}
+        for i in range(40)
+    ]
 
 
 @pytest.fixture

@@ -34,7 +34,9 @@ def serving(service: SqlService) -> Iterator[str]:
         thread.join(10)
 
 
-def post(url: str, sql: str, limit: int | None = None, as_json: bool = True) -> tuple[int, dict[str, Any]]:
+def post(
+    url: str, sql: str, limit: int | None = None, as_json: bool = True
+) -> tuple[int, dict[str, Any]]:
     if as_json:
         body, ctype = json.dumps({"sql": sql, "limit": limit}).encode(), "application/json"
     else:
@@ -60,11 +62,18 @@ def tree_state(root: str) -> dict[str, str]:
 @pytest.fixture
 def served(tmp_path, corpus_records) -> Iterator[tuple[str, SqlService, str]]:
     prefix = str(tmp_path / "data")
-    write_output(prefix, "raw/corpus", "aaaaaaaa", {
-        "part-00000.jsonl.gz": jsonl_gz(corpus_records[:20]),
-        "part-00001.jsonl.gz": jsonl_gz(corpus_records[20:]),
-    })
-    service = SqlService(prefix, lambda: resolve_catalog(prefix, ENTRIES), max_rows=10, timeout_s=1.0)
+    write_output(
+        prefix,
+        "raw/corpus",
+        "aaaaaaaa",
+        {
+            "part-00000.jsonl.gz": jsonl_gz(corpus_records[:20]),
+            "part-00001.jsonl.gz": jsonl_gz(corpus_records[20:]),
+        },
+    )
+    service = SqlService(
+        prefix, lambda: resolve_catalog(prefix, ENTRIES), max_rows=10, timeout_s=1.0
+    )
     with serving(service) as url:
         yield url, service, prefix
 
@@ -95,7 +104,8 @@ def test_query_returns_rows_as_json_with_limit_and_cache(served, corpus_records)
     with urllib.request.urlopen(f"{url}/tables", timeout=10) as response:
         tables = json.loads(response.read())["tables"]
     assert [(t["name"], t["version"], t["format"], t["files"]) for t in tables] == [
-        ("raw/corpus", "aaaaaaaa", "jsonl", 2)]
+        ("raw/corpus", "aaaaaaaa", "jsonl", 2)
+    ]
 
 
 def test_a_query_past_the_timeout_is_stopped(served):
@@ -115,9 +125,9 @@ FORBIDDEN = [
     "INSTALL httpfs",
     "LOAD httpfs",
     "CREATE TABLE t AS SELECT 1",
-    "CREATE OR REPLACE VIEW \"raw/corpus\" AS SELECT 1 AS x",
-    "DROP VIEW \"raw/corpus\"",
-    "INSERT INTO \"raw/corpus\" VALUES (1)",
+    'CREATE OR REPLACE VIEW "raw/corpus" AS SELECT 1 AS x',
+    'DROP VIEW "raw/corpus"',
+    'INSERT INTO "raw/corpus" VALUES (1)',
     "SET enable_external_access = true",
     "RESET lock_configuration",
     "PRAGMA enable_profiling",
@@ -125,7 +135,7 @@ FORBIDDEN = [
     "EXPLAIN ANALYZE COPY (SELECT 1) TO '{prefix}/explained.csv'",
     "EXPORT DATABASE '{prefix}/exported'",
     "CHECKPOINT",
-    "SELECT 1; DROP VIEW \"raw/corpus\"",
+    'SELECT 1; DROP VIEW "raw/corpus"',
     "USE memory",
     "DETACH memory",
     # SELECTs that would read files outside the prefix
@@ -173,5 +183,7 @@ def test_every_forbidden_statement_is_refused_and_nothing_changes(served, tmp_pa
 
 def test_reads_inside_the_prefix_are_allowed(served):
     url, _, prefix = served
-    code, body = post(url, f"SELECT count(*) FROM read_json('{prefix}/raw/corpus-aaaaaaaa/*.jsonl.gz')")
+    code, body = post(
+        url, f"SELECT count(*) FROM read_json('{prefix}/raw/corpus-aaaaaaaa/*.jsonl.gz')"
+    )
     assert code == 200 and body["rows"] == [[40]]

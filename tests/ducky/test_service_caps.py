@@ -38,16 +38,27 @@ def query(url: str, sql: str, **fields: Any) -> tuple[int, dict[str, Any], int]:
 def big(tmp_path) -> str:
     """300 documents of 10,000 characters: about 3 MB of rows as JSON."""
     prefix = str(tmp_path / "data")
-    docs = [{"id": f"doc-{i:03d}", "text": f"{i:03d}" + "x" * (TEXT_CHARS - 3)} for i in range(DOCS)]
-    write_output(prefix, "raw/big", "aaaaaaaa", {"part-00000.jsonl.gz": jsonl_gz(docs[:150]),
-                                                  "part-00001.jsonl.gz": jsonl_gz(docs[150:])})
+    docs = [
+        {"id": f"doc-{i:03d}", "text": f"{i:03d}" + "x" * (TEXT_CHARS - 3)} for i in range(DOCS)
+    ]
+    write_output(
+        prefix,
+        "raw/big",
+        "aaaaaaaa",
+        {"part-00000.jsonl.gz": jsonl_gz(docs[:150]), "part-00001.jsonl.gz": jsonl_gz(docs[150:])},
+    )
     return prefix
 
 
 @pytest.fixture
 def capped(big) -> Iterator[tuple[str, SqlService]]:
-    service = SqlService(big, lambda: resolve_catalog(big, ENTRIES), max_rows=200, max_bytes=256 << 10,
-                         timeout_s=60.0)
+    service = SqlService(
+        big,
+        lambda: resolve_catalog(big, ENTRIES),
+        max_rows=200,
+        max_bytes=256 << 10,
+        timeout_s=60.0,
+    )
     with serving(service) as url:
         yield url, service
 
@@ -57,31 +68,54 @@ def test_a_result_over_the_byte_cap_is_a_413_that_says_how_to_narrow_it(capped):
     code, body, size = query(url, 'SELECT * FROM "raw/big"', limit=100)
     assert code == 413, body
     assert "over 256 KiB" in body["error"] and "left(text, 200)" in body["error"], body
-    assert "aggregate" in body["error"] and (body["max_rows"], body["max_bytes"]) == (200, 256 << 10)
+    assert "aggregate" in body["error"] and (body["max_rows"], body["max_bytes"]) == (
+        200,
+        256 << 10,
+    )
     assert size < 2000  # the error, not the rows
 
     # Narrowed, the same rows fit: shorter columns, or fewer rows.
-    code, body, _ = query(url, 'SELECT id, left(text, 20) AS head FROM "raw/big" ORDER BY id', limit=100)
+    code, body, _ = query(
+        url, 'SELECT id, left(text, 20) AS head FROM "raw/big" ORDER BY id', limit=100
+    )
     assert code == 200 and body["row_count"] == 100 and body["truncated"] is True
     assert body["rows"][0] == ["doc-000", "000" + "x" * 17]
     code, body, size = query(url, 'SELECT id, text FROM "raw/big" ORDER BY id LIMIT 20')
-    assert code == 200 and body["row_count"] == 20 and [r[0] for r in body["rows"]] == [
-        f"doc-{i:03d}" for i in range(20)]
-    assert 20 * TEXT_CHARS < size <= (256 << 10) + 1000  # the rows, within the cap (plus the envelope)
+    assert (
+        code == 200
+        and body["row_count"] == 20
+        and [r[0] for r in body["rows"]] == [f"doc-{i:03d}" for i in range(20)]
+    )
+    assert (
+        20 * TEXT_CHARS < size <= (256 << 10) + 1000
+    )  # the rows, within the cap (plus the envelope)
 
 
 def test_a_result_over_the_row_cap_is_a_413_unless_a_limit_asks_for_the_first_rows(capped):
     url, _ = capped
     code, body, _ = query(url, 'SELECT id FROM "raw/big"')
     assert code == 413, body
-    assert "more than 200 rows" in body["error"] and "LIMIT" in body["error"] and '"limit"' in body["error"]
-    code, body, _ = query(url, 'SELECT id FROM "raw/big" WHERE id < \'doc-200\'')
+    assert (
+        "more than 200 rows" in body["error"]
+        and "LIMIT" in body["error"]
+        and '"limit"' in body["error"]
+    )
+    code, body, _ = query(url, "SELECT id FROM \"raw/big\" WHERE id < 'doc-200'")
     assert code == 200 and body["row_count"] == 200 and body["truncated"] is False
     # The first rows in the query's order: the cap does not reorder an ORDER BY.
     code, body, _ = query(url, 'SELECT id FROM "raw/big" ORDER BY id DESC', limit=3)
-    assert code == 200 and body["rows"] == [["doc-299"], ["doc-298"], ["doc-297"]] and body["truncated"]
+    assert (
+        code == 200
+        and body["rows"] == [["doc-299"], ["doc-298"], ["doc-297"]]
+        and body["truncated"]
+    )
     code, body, _ = query(url, 'SELECT id FROM "raw/big" -- a trailing comment', limit=0)
-    assert code == 200 and body["columns"] == ["id"] and body["rows"] == [] and body["truncated"] is True
+    assert (
+        code == 200
+        and body["columns"] == ["id"]
+        and body["rows"] == []
+        and body["truncated"] is True
+    )
 
 
 @pytest.mark.parametrize("limit", ["10", "abc", -1, 2.5, True, [3], 201])

@@ -33,7 +33,9 @@ def _text_asset(records: list[dict[str, Any]]) -> dg.AssetsDefinition:
         fs.write_bytes(fs.join(out, "part-00000.jsonl.gz"), jsonl_gz(records))
         return {"documents": len(records)}
 
-    return versioned_asset(name="raw/stats_text", kind="fixture_text", config=FixtureConfig(), run=run)
+    return versioned_asset(
+        name="raw/stats_text", kind="fixture_text", config=FixtureConfig(), run=run
+    )
 
 
 def _token_asset() -> dg.AssetsDefinition:
@@ -47,7 +49,9 @@ def _token_asset() -> dg.AssetsDefinition:
         write_cache_stats(out, {"train": ledger})
         return {}
 
-    return versioned_asset(name="tokenized/stats_tokens", kind="tokenized", config=FixtureConfig(), run=run)
+    return versioned_asset(
+        name="tokenized/stats_tokens", kind="tokenized", config=FixtureConfig(), run=run
+    )
 
 
 def test_stats_asset_measures_text_and_token_datasets(tmp_path, dagster_home, corpus_records):
@@ -67,25 +71,44 @@ def test_stats_asset_measures_text_and_token_datasets(tmp_path, dagster_home, co
     database = stats_database_path(prefix)
     assert database == str(tmp_path / "data" / "ducky" / "stats.duckdb")
     with duckdb.connect(database, read_only=True) as con:
-        rows = {r[0]: r for r in con.execute(
-            "SELECT dataset, documents, tokens, text_chars, length_unit, length_min, length_max, "
-            "length_p50 FROM datasets").fetchall()}
-        hist = con.execute("SELECT bucket_lo, bucket_hi, documents FROM length_histogram "
-                           "WHERE dataset = 'tokenized/stats_tokens' ORDER BY bucket_lo").fetchall()
-        text_hist_total = con.execute("SELECT sum(documents) FROM length_histogram "
-                                      "WHERE dataset = 'raw/stats_text'").fetchone()[0]
-    assert rows["raw/stats_text"][1:] == (40, None, sum(lengths), "chars", lengths[0], lengths[-1],
-                                          float(np.median(lengths)))
+        rows = {
+            r[0]: r
+            for r in con.execute(
+                "SELECT dataset, documents, tokens, text_chars, length_unit, length_min, length_max, "
+                "length_p50 FROM datasets"
+            ).fetchall()
+        }
+        hist = con.execute(
+            "SELECT bucket_lo, bucket_hi, documents FROM length_histogram "
+            "WHERE dataset = 'tokenized/stats_tokens' ORDER BY bucket_lo"
+        ).fetchall()
+        text_hist_total = con.execute(
+            "SELECT sum(documents) FROM length_histogram WHERE dataset = 'raw/stats_text'"
+        ).fetchone()[0]
+    assert rows["raw/stats_text"][1:] == (
+        40,
+        None,
+        sum(lengths),
+        "chars",
+        lengths[0],
+        lengths[-1],
+        float(np.median(lengths)),
+    )
     assert rows["tokenized/stats_tokens"][1:7] == (4, 14, None, "tokens", 0, 8)
     # lengths 4, 2, 8, 0 -> buckets [0,1), [2,4), [4,8), [8,16)
     assert hist == [(0, 1, 1), (2, 4, 1), (4, 8, 1), (8, 16, 1)]
     assert text_hist_total == 40
 
     # The stats output is itself a dataset Ducky can query by name.
-    entries = [AssetEntry("stats/fixture", "dataset_stats", stats.metadata_by_key[stats.key]["marin/version"])]
+    entries = [
+        AssetEntry(
+            "stats/fixture", "dataset_stats", stats.metadata_by_key[stats.key]["marin/version"]
+        )
+    ]
     con = connect(resolve_catalog(prefix, entries), prefix)
-    assert con.execute('SELECT dataset, documents FROM "stats/fixture" ORDER BY dataset').fetchall() == [
-        ("raw/stats_text", 40), ("tokenized/stats_tokens", 4)]
+    assert con.execute(
+        'SELECT dataset, documents FROM "stats/fixture" ORDER BY dataset'
+    ).fetchall() == [("raw/stats_text", 40), ("tokenized/stats_tokens", 4)]
 
 
 # What stats_writer does, without importing Dagster in each writer (seconds per process):
@@ -105,8 +128,15 @@ with writer_lock(database), duckdb.connect(database) as con:
 
 def test_writers_to_the_stats_database_take_turns(tmp_path):
     database = stats_database_path(str(tmp_path / "data"))
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, database, str(i)], env=subprocess_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, database, str(i)],
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(3)
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err.decode()[-2000:]
@@ -114,5 +144,6 @@ def test_writers_to_the_stats_database_take_turns(tmp_path):
     with stats_writer(stats_duckdb(str(tmp_path / "data"))) as con:
         con.execute("INSERT INTO writes VALUES (99, 0)")
     with duckdb.connect(database, read_only=True) as con:
-        assert con.execute("SELECT writer, count(*) FROM writes GROUP BY writer ORDER BY writer").fetchall() == [
-            (i, 20) for i in range(3)] + [(99, 1)]
+        assert con.execute(
+            "SELECT writer, count(*) FROM writes GROUP BY writer ORDER BY writer"
+        ).fetchall() == [(i, 20) for i in range(3)] + [(99, 1)]

@@ -28,23 +28,35 @@ from tests.ducky.conftest import jsonl_gz, write_output, write_token_cache
 
 
 def test_jsonl_and_token_cache_views_by_asset_name(prefix, corpus_records):
-    write_output(prefix, "raw/corpus", "aaaaaaaa", {
-        "part-00000.jsonl.gz": jsonl_gz(corpus_records[:25]),
-        "part-00001.jsonl.gz": jsonl_gz(corpus_records[25:]),
-    })
+    write_output(
+        prefix,
+        "raw/corpus",
+        "aaaaaaaa",
+        {
+            "part-00000.jsonl.gz": jsonl_gz(corpus_records[:25]),
+            "part-00001.jsonl.gz": jsonl_gz(corpus_records[25:]),
+        },
+    )
     docs = [[[1, 2, 3, 0], [4, 0]], [[5, 6, 7, 8, 9, 0]]]
-    write_token_cache(prefix, "tokenized/corpus", "bbbbbbbb", {"train": docs, "validation": [[[7, 0]]]})
+    write_token_cache(
+        prefix, "tokenized/corpus", "bbbbbbbb", {"train": docs, "validation": [[[7, 0]]]}
+    )
     buffer = io.BytesIO()
     pq.write_table(pa.table({"id": ["a", "b"], "score": [0.5, 0.25]}), buffer)
     write_output(prefix, "scores/corpus", "cccccccc", {"scores.parquet": buffer.getvalue()})
 
-    entries = [AssetEntry("raw/corpus", "sample_corpus", "aaaaaaaa"),
-               AssetEntry("tokenized/corpus", "tokenized", "bbbbbbbb"),
-               AssetEntry("scores/corpus", "scores", "cccccccc"),
-               AssetEntry("never/built", "sample_corpus", "dddddddd")]
+    entries = [
+        AssetEntry("raw/corpus", "sample_corpus", "aaaaaaaa"),
+        AssetEntry("tokenized/corpus", "tokenized", "bbbbbbbb"),
+        AssetEntry("scores/corpus", "scores", "cccccccc"),
+        AssetEntry("never/built", "sample_corpus", "dddddddd"),
+    ]
     catalog = resolve_catalog(prefix, entries)
     assert [(d.name, d.format) for d in catalog] == [
-        ("raw/corpus", "jsonl"), ("tokenized/corpus", "token_cache"), ("scores/corpus", "parquet")]
+        ("raw/corpus", "jsonl"),
+        ("tokenized/corpus", "token_cache"),
+        ("scores/corpus", "parquet"),
+    ]
     con = connect(catalog, prefix)
     lock_down(con, prefix)
 
@@ -53,10 +65,15 @@ def test_jsonl_and_token_cache_views_by_asset_name(prefix, corpus_records):
     assert rows == expected
     assert con.execute('SELECT * FROM "raw/corpus" LIMIT 5').fetchall().__len__() == 5
 
-    per_split = con.execute('SELECT split, count(*), sum(num_tokens) FROM "tokenized/corpus" '
-                            "GROUP BY split ORDER BY split").fetchall()
+    per_split = con.execute(
+        'SELECT split, count(*), sum(num_tokens) FROM "tokenized/corpus" '
+        "GROUP BY split ORDER BY split"
+    ).fetchall()
     assert per_split == [("train", 3, 12), ("validation", 1, 2)]
-    assert con.sql('SELECT sum(score) FROM "scores/corpus"').to_arrow_table().column(0)[0].as_py() == 0.75
+    assert (
+        con.sql('SELECT sum(score) FROM "scores/corpus"').to_arrow_table().column(0)[0].as_py()
+        == 0.75
+    )
     # Locked down, the views still read under the prefix, and nothing else can be read.
     with pytest.raises(duckdb.PermissionException):
         con.execute("SELECT * FROM read_text('/etc/hostname')")
@@ -82,15 +99,29 @@ def test_view_points_at_current_version_else_newest_success(tmp_path, corpus_rec
     assert con.execute('SELECT count(*) FROM "raw/corpus"').fetchone()[0] == 7
 
     # A RUNNING or FAILED output is never served.
-    fs.write_json(fs.join(prefix, "raw/corpus-22222222/.status.json"),
-                  {"status": "FAILED", "version": "22222222"})
+    fs.write_json(
+        fs.join(prefix, "raw/corpus-22222222/.status.json"),
+        {"status": "FAILED", "version": "22222222"},
+    )
     assert resolve_dataset(prefix, AssetEntry("raw/corpus", "k", "99999999")).version == "11111111"
 
 
 def test_format_detection_ignores_side_files():
-    assert detect_format(["part-0.jsonl.zst", "part-1.jsonl.zst", ".stats.json", "README.md"]) == "jsonl"
-    assert detect_format(["train/part-00000/offsets.npy", "train/part-00000/input_ids.npy",
-                          ".stats.json", "train/shard_ledger.json"]) == "token_cache"
+    assert (
+        detect_format(["part-0.jsonl.zst", "part-1.jsonl.zst", ".stats.json", "README.md"])
+        == "jsonl"
+    )
+    assert (
+        detect_format(
+            [
+                "train/part-00000/offsets.npy",
+                "train/part-00000/input_ids.npy",
+                ".stats.json",
+                "train/shard_ledger.json",
+            ]
+        )
+        == "token_cache"
+    )
     assert detect_format(["a.parquet", "b.parquet", "c.csv"]) == "parquet"
     assert detect_format(["model.safetensors", ".manifest.json"]) is None
 
@@ -101,8 +132,13 @@ def test_nothing_downloads_an_extension(tmp_path, corpus_records):
     write_output(prefix, "raw/corpus", "aaaaaaaa", {"a.jsonl.gz": jsonl_gz(corpus_records)})
     con = connect(resolve_catalog(prefix, [AssetEntry("raw/corpus", "k", "aaaaaaaa")]), prefix)
     assert con.execute('SELECT count(*) FROM "raw/corpus"').fetchone()[0] == len(corpus_records)
-    loaded = {path for name, loaded, path in con.execute(
-        "SELECT extension_name, loaded, install_path FROM duckdb_extensions()").fetchall() if loaded}
+    loaded = {
+        path
+        for name, loaded, path in con.execute(
+            "SELECT extension_name, loaded, install_path FROM duckdb_extensions()"
+        ).fetchall()
+        if loaded
+    }
     assert loaded == {"(BUILT-IN)"}
     lock_down(con, prefix)
     for statement in ("INSTALL httpfs", "LOAD httpfs", "SET autoinstall_known_extensions = true"):
@@ -119,43 +155,77 @@ def test_a_view_reads_one_table_of_data_shards_never_side_files(prefix, corpus_r
     its view is documents/. Top-level shards win over folders; splits in folders are one table."""
     buffer = io.BytesIO()
     pq.write_table(pa.table({"id": ["doc-0"], "signature": [[1, 2]]}), buffer)
-    write_output(prefix, "dedup/corpus", "aaaaaaaa", {
-        "documents/a.jsonl.gz": jsonl_gz(corpus_records[:30]),
-        "documents/sub/b.jsonl.gz": jsonl_gz(corpus_records[30:35]),
-        "attributes/a.jsonl.gz": jsonl_gz([{"id": r["id"], "duplicate": False} for r in corpus_records]),
-        "signatures/part-00000.parquet": buffer.getvalue(),
-        "links/part-00000-of-00001.jsonl.gz": jsonl_gz([{"a": "doc-0", "b": "doc-1"}]),
-        "_work/marks/file-00000.jsonl.gz": jsonl_gz([{"file": 0}]),
-        "counts.json": _pretty({"document": {"total": 40, "kept": 35}}),
-    })
-    write_output(prefix, "raw/corpus", "bbbbbbbb", {
-        "part-00000.jsonl.zst": zstandard.ZstdCompressor().compress(
-            b"".join(json.dumps(r).encode() + b"\n" for r in corpus_records[:10])),
-        "metrics/extra.jsonl": b'{"other": 1}\n',
-        "eval.json": _pretty({"loss": 1.0}),
-    })
-    write_output(prefix, "splits/corpus", "cccccccc", {
-        "train/part-0.jsonl.gz": jsonl_gz(corpus_records[:7]),
-        "validation/part-0.jsonl.gz": jsonl_gz(corpus_records[7:9]),
-        "train/ledger.json": _pretty({"shards": 1}),
-    })
-    write_output(prefix, "tokenizers/corpus", "dddddddd", {
-        "tokenizer.json": b'{"version": "1.0", "model": {}}',
-        "tokenizer_config.json": _pretty({"eos": "<|endoftext|>"}),
-    })
-    entries = [AssetEntry("dedup/corpus", "deduplicated", "aaaaaaaa"),
-               AssetEntry("raw/corpus", "sample_corpus", "bbbbbbbb"),
-               AssetEntry("splits/corpus", "other", "cccccccc"),
-               AssetEntry("tokenizers/corpus", "tokenizer", "dddddddd")]
+    write_output(
+        prefix,
+        "dedup/corpus",
+        "aaaaaaaa",
+        {
+            "documents/a.jsonl.gz": jsonl_gz(corpus_records[:30]),
+            "documents/sub/b.jsonl.gz": jsonl_gz(corpus_records[30:35]),
+            "attributes/a.jsonl.gz": jsonl_gz(
+                [{"id": r["id"], "duplicate": False} for r in corpus_records]
+            ),
+            "signatures/part-00000.parquet": buffer.getvalue(),
+            "links/part-00000-of-00001.jsonl.gz": jsonl_gz([{"a": "doc-0", "b": "doc-1"}]),
+            "_work/marks/file-00000.jsonl.gz": jsonl_gz([{"file": 0}]),
+            "counts.json": _pretty({"document": {"total": 40, "kept": 35}}),
+        },
+    )
+    write_output(
+        prefix,
+        "raw/corpus",
+        "bbbbbbbb",
+        {
+            "part-00000.jsonl.zst": zstandard.ZstdCompressor().compress(
+                b"".join(json.dumps(r).encode() + b"\n" for r in corpus_records[:10])
+            ),
+            "metrics/extra.jsonl": b'{"other": 1}\n',
+            "eval.json": _pretty({"loss": 1.0}),
+        },
+    )
+    write_output(
+        prefix,
+        "splits/corpus",
+        "cccccccc",
+        {
+            "train/part-0.jsonl.gz": jsonl_gz(corpus_records[:7]),
+            "validation/part-0.jsonl.gz": jsonl_gz(corpus_records[7:9]),
+            "train/ledger.json": _pretty({"shards": 1}),
+        },
+    )
+    write_output(
+        prefix,
+        "tokenizers/corpus",
+        "dddddddd",
+        {
+            "tokenizer.json": b'{"version": "1.0", "model": {}}',
+            "tokenizer_config.json": _pretty({"eos": "<|endoftext|>"}),
+        },
+    )
+    entries = [
+        AssetEntry("dedup/corpus", "deduplicated", "aaaaaaaa"),
+        AssetEntry("raw/corpus", "sample_corpus", "bbbbbbbb"),
+        AssetEntry("splits/corpus", "other", "cccccccc"),
+        AssetEntry("tokenizers/corpus", "tokenizer", "dddddddd"),
+    ]
     catalog = {d.name: d for d in resolve_catalog(prefix, entries)}
-    assert sorted(catalog) == ["dedup/corpus", "raw/corpus", "splits/corpus"]  # a tokenizer has no data
-    rel = {name: sorted(f[len(d.path) + 1:] for f in d.files) for name, d in catalog.items()}
-    assert rel == {"dedup/corpus": ["documents/a.jsonl.gz", "documents/sub/b.jsonl.gz"],
-                   "raw/corpus": ["part-00000.jsonl.zst"],
-                   "splits/corpus": ["train/part-0.jsonl.gz", "validation/part-0.jsonl.gz"]}
+    assert sorted(catalog) == [
+        "dedup/corpus",
+        "raw/corpus",
+        "splits/corpus",
+    ]  # a tokenizer has no data
+    rel = {name: sorted(f[len(d.path) + 1 :] for f in d.files) for name, d in catalog.items()}
+    assert rel == {
+        "dedup/corpus": ["documents/a.jsonl.gz", "documents/sub/b.jsonl.gz"],
+        "raw/corpus": ["part-00000.jsonl.zst"],
+        "splits/corpus": ["train/part-0.jsonl.gz", "validation/part-0.jsonl.gz"],
+    }
 
     con = connect(list(catalog.values()), prefix)
-    assert con.execute('SELECT count(*), count(DISTINCT id) FROM "dedup/corpus"').fetchone() == (35, 35)
+    assert con.execute('SELECT count(*), count(DISTINCT id) FROM "dedup/corpus"').fetchone() == (
+        35,
+        35,
+    )
     columns = [c[0] for c in con.execute('DESCRIBE "dedup/corpus"').fetchall()]
     assert sorted(columns) == ["id", "text", "title"]
     assert con.execute('SELECT count(*) FROM "raw/corpus"').fetchone() == (10,)
@@ -165,12 +235,19 @@ def test_a_view_reads_one_table_of_data_shards_never_side_files(prefix, corpus_r
 def test_a_factory_can_name_plain_json_shards(tmp_path, corpus_records):
     prefix = str(tmp_path / "data")
     lines = b"".join(json.dumps(r).encode() + b"\n" for r in corpus_records)
-    write_output(prefix, "raw/json", "aaaaaaaa", {"shards/part-0.json": lines,
-                                                  "stats.json": _pretty({"n": 40})})
+    write_output(
+        prefix,
+        "raw/json",
+        "aaaaaaaa",
+        {"shards/part-0.json": lines, "stats.json": _pretty({"n": 40})},
+    )
     assert resolve_catalog(prefix, [AssetEntry("raw/json", "k", "aaaaaaaa")]) == []
-    [dataset] = resolve_catalog(prefix, [AssetEntry("raw/json", "k", "aaaaaaaa", files="shards/*.json")])
+    [dataset] = resolve_catalog(
+        prefix, [AssetEntry("raw/json", "k", "aaaaaaaa", files="shards/*.json")]
+    )
     assert dataset.format == "jsonl" and connect([dataset], prefix).execute(
-        'SELECT count(*) FROM "raw/json"').fetchone() == (40,)
+        'SELECT count(*) FROM "raw/json"'
+    ).fetchone() == (40,)
 
 
 def test_an_output_that_cannot_be_read_is_unavailable_not_fatal(tmp_path, corpus_records, caplog):
@@ -180,8 +257,11 @@ def test_an_output_that_cannot_be_read_is_unavailable_not_fatal(tmp_path, corpus
     broken = write_output(prefix, "raw/garbage", "cccccccc", {"a.jsonl": b"not json at all\n"})
     with open(f"{bad}/.status.json", "w") as f:
         f.write('{"status": "SUCC')  # torn
-    entries = [AssetEntry("raw/good", "k", "aaaaaaaa"), AssetEntry("raw/torn", "k", "bbbbbbbb"),
-               AssetEntry("raw/garbage", "k", "cccccccc")]
+    entries = [
+        AssetEntry("raw/good", "k", "aaaaaaaa"),
+        AssetEntry("raw/torn", "k", "bbbbbbbb"),
+        AssetEntry("raw/garbage", "k", "cccccccc"),
+    ]
     with caplog.at_level(logging.WARNING, logger="marin_dagster"):
         views = resolve_views(prefix, entries)
     assert [type(v).__name__ for v in views] == ["Dataset", "Unavailable", "Dataset"]
@@ -195,6 +275,8 @@ def test_an_output_that_cannot_be_read_is_unavailable_not_fatal(tmp_path, corpus
     unavailable: dict[str, str] = {}
     con = connect(datasets, prefix, unavailable)
     assert list(unavailable) == ["raw/garbage"]
-    assert f"{broken}/a.jsonl" in unavailable["raw/garbage"] and "rematerialize raw/garbage" in (
-        unavailable["raw/garbage"])
+    assert (
+        f"{broken}/a.jsonl" in unavailable["raw/garbage"]
+        and "rematerialize raw/garbage" in (unavailable["raw/garbage"])
+    )
     assert con.execute('SELECT count(*) FROM "raw/good"').fetchone() == (40,)

@@ -44,8 +44,12 @@ def edited(text: str, rate: float, rng: random.Random, vocabulary: list[str]) ->
     return " ".join(out)
 
 
-def near_duplicate_docs(docs: list[dict], seed: int = 0, originals: int = 24,
-                        rates: tuple[float, ...] = (0.01, 0.03, 0.06, 0.12)) -> list[dict]:
+def near_duplicate_docs(
+    docs: list[dict],
+    seed: int = 0,
+    originals: int = 24,
+    rates: tuple[float, ...] = (0.01, 0.03, 0.06, 0.12),
+) -> list[dict]:
     """Chunks of the modern plays (about 2.5 KB) and copies of each with word edits."""
     rng = random.Random(seed)
     plays = [d for d in docs if d["source"] == "shakespeare" and d["edition"] == "modern"]
@@ -54,11 +58,15 @@ def near_duplicate_docs(docs: list[dict], seed: int = 0, originals: int = 24,
     for i in range(originals):
         play = plays[i % len(plays)]
         start = rng.randrange(0, len(play["text"]) - 3000)
-        chunk = play["text"][start: start + 2500]
+        chunk = play["text"][start : start + 2500]
         out.append({"id": f"synthetic/{i:03d}/original", "text": chunk})
         for rate in rates:
-            out.append({"id": f"synthetic/{i:03d}/edit-{rate:.2f}",
-                        "text": edited(chunk, rate, rng, vocabulary)})
+            out.append(
+                {
+                    "id": f"synthetic/{i:03d}/edit-{rate:.2f}",
+                    "text": edited(chunk, rate, rng, vocabulary),
+                }
+            )
     return out
 
 

@@ -29,7 +29,9 @@ def _write(path, data: bytes) -> str:
 @pytest.mark.parametrize("suffix", [".jsonl.zst", ".jsonl.gz"])
 def test_good_file_plus_truncated_file_fails(tmp_path, suffix) -> None:
     def compress(b: bytes) -> bytes:
-        return zstandard.ZstdCompressor().compress(b) if suffix.endswith("zst") else gzip.compress(b)
+        return (
+            zstandard.ZstdCompressor().compress(b) if suffix.endswith("zst") else gzip.compress(b)
+        )
 
     good = _write(tmp_path / "in" / f"a{suffix}", compress(_jsonl(DOCS[:60])))
     data = compress(_jsonl(DOCS[60:]))

@@ -86,8 +86,12 @@ def test_doubtful_links_do_not_join_until_added_as_edges(tmp_path) -> None:
         states = _states(graph)
         assert states["x000"]["adj"] == [] and states["x000"]["doubtful"] == ["r001"]
         assert states["q000a"]["doubtful"] == ["q001b"]
-        fs.write_bytes(fs.join(graph.folder, "added-00000-of-00001.jsonl.gz"), gzip.compress(
-            b"".join(json.dumps({"a": a, "b": b}).encode() + b"\n" for a, b in added)))
+        fs.write_bytes(
+            fs.join(graph.folder, "added-00000-of-00001.jsonl.gz"),
+            gzip.compress(
+                b"".join(json.dumps({"a": a, "b": b}).encode() + b"\n" for a, b in added)
+            ),
+        )
         result = propagate_labels(graph, ctx, str(tmp_path / "cc"), num_shards=3)
     labels = _labels(result)
     reference = _reference(edges + added)
@@ -100,6 +104,10 @@ def test_doubtful_links_do_not_join_until_added_as_edges(tmp_path) -> None:
 def test_running_out_of_rounds_says_which_setting_to_raise(tmp_path) -> None:
     path = [f"p{i:03d}" for i in range(10)]
     edges = list(zip(path, path[1:], strict=False))
-    with ZephyrContext(max_workers=2, backend="inline") as ctx, \
-            pytest.raises(RuntimeError, match="did not converge in 3 rounds.*raise cc_max_iterations"):
-        connected_components(_links(edges), ctx, str(tmp_path / "cc"), num_shards=2, max_iterations=3)
+    with (
+        ZephyrContext(max_workers=2, backend="inline") as ctx,
+        pytest.raises(RuntimeError, match="did not converge in 3 rounds.*raise cc_max_iterations"),
+    ):
+        connected_components(
+            _links(edges), ctx, str(tmp_path / "cc"), num_shards=2, max_iterations=3
+        )

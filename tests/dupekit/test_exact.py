@@ -24,8 +24,9 @@ def _all(paths: list[str]) -> list[dict]:
     return [r for p in paths for r in read_jsonl_gz(p)]
 
 
-def test_exact_finds_every_identical_milton_pair(shakespeare_docs, corpus_files, local_ctx,
-                                                 tmp_path):
+def test_exact_finds_every_identical_milton_pair(
+    shakespeare_docs, corpus_files, local_ctx, tmp_path
+):
     out = str(tmp_path / "dedup")
     result = deduplicate(corpus_files, out, DedupConfig(mode="exact"), context=local_ctx)
 
@@ -47,7 +48,9 @@ def test_exact_finds_every_identical_milton_pair(shakespeare_docs, corpus_files,
     source = {d["id"]: d for d in shakespeare_docs}
     for d in kept:  # records come through whole, fields unchanged
         assert d["text"] == source[d["id"]]["text"] and d["title"] == source[d["id"]]["title"]
-    assert [os.path.basename(p) for p in result.documents] == [f"part-{i}.jsonl.gz" for i in range(3)]
+    assert [os.path.basename(p) for p in result.documents] == [
+        f"part-{i}.jsonl.gz" for i in range(3)
+    ]
 
     counts = json.load(open(os.path.join(out, "counts.json")))
     assert counts == result.counts
@@ -60,23 +63,34 @@ def test_exact_finds_every_identical_milton_pair(shakespeare_docs, corpus_files,
 
 def test_exact_edge_cases(tmp_path):
     """Case/whitespace-only differences, empty docs, missing ids, truncation, the first id wins."""
-    write_jsonl_gz(str(tmp_path / "in/a.jsonl.gz"), [
-        {"id": "b", "text": "Hello   World"},
-        {"text": "no id here"},
-        {"id": "e1", "text": ""},
-        {"id": "e2", "text": "   \n "},
-        {"id": 10, "text": "numbers"},
-        {"id": "long-1", "text": "x" * 50 + "tail one"},
-    ])
-    write_jsonl_gz(str(tmp_path / "in/sub/b.jsonl.gz"), [
-        {"id": "a", "text": "hello world"},
-        {"id": 9, "text": "numbers"},
-        {"id": "c", "text": "no id here"},
-        {"id": "long-2", "text": "x" * 50 + "tail two"},
-    ])
+    write_jsonl_gz(
+        str(tmp_path / "in/a.jsonl.gz"),
+        [
+            {"id": "b", "text": "Hello   World"},
+            {"text": "no id here"},
+            {"id": "e1", "text": ""},
+            {"id": "e2", "text": "   \n "},
+            {"id": 10, "text": "numbers"},
+            {"id": "long-1", "text": "x" * 50 + "tail one"},
+        ],
+    )
+    write_jsonl_gz(
+        str(tmp_path / "in/sub/b.jsonl.gz"),
+        [
+            {"id": "a", "text": "hello world"},
+            {"id": 9, "text": "numbers"},
+            {"id": "c", "text": "no id here"},
+            {"id": "long-2", "text": "x" * 50 + "tail two"},
+        ],
+    )
     out = str(tmp_path / "out")
-    result = deduplicate(str(tmp_path / "in/**/*.jsonl.gz"), out, DedupConfig(mode="exact", max_chars=50),
-                         max_workers=1, backend="inline")
+    result = deduplicate(
+        str(tmp_path / "in/**/*.jsonl.gz"),
+        out,
+        DedupConfig(mode="exact", max_chars=50),
+        max_workers=1,
+        backend="inline",
+    )
     attrs = [r for p in result.attributes for r in read_jsonl_gz(p)]
     dup = {r["id"]: r["cluster_id"] for r in attrs if r["duplicate"]}
     # "a" < "b"; 9 < 10 (integers numerically, not as strings); the generated id
@@ -88,46 +102,67 @@ def test_exact_edge_cases(tmp_path):
     assert result.counts["document"]["passed_through"] == 2
     assert result.counts["document"]["truncated"] == 2
     assert [os.path.relpath(p, out) for p in result.documents] == [
-        "documents/a.jsonl.gz", "documents/sub/b.jsonl.gz"]
+        "documents/a.jsonl.gz",
+        "documents/sub/b.jsonl.gz",
+    ]
 
 
 def test_paragraph_dedup(local_ctx, tmp_path):
     shared = "A line every page repeats."
-    f1 = write_jsonl_gz(str(tmp_path / "in/1.jsonl"), [
-        {"id": "d2", "text": f"Unique opening.\n{shared}\n\nSecond unique line."},
-        {"id": "d3", "text": f"{shared}\n  a line every page REPEATS.  "},
-    ])
-    f2 = write_jsonl_gz(str(tmp_path / "in/2.jsonl"), [
-        {"id": "d1", "text": f"First.\n{shared}"},
-        {"id": "d4", "text": "First."},
-    ])
-    result = deduplicate([f2, f1], str(tmp_path / "out"), DedupConfig(mode="paragraph"), context=local_ctx)
+    f1 = write_jsonl_gz(
+        str(tmp_path / "in/1.jsonl"),
+        [
+            {"id": "d2", "text": f"Unique opening.\n{shared}\n\nSecond unique line."},
+            {"id": "d3", "text": f"{shared}\n  a line every page REPEATS.  "},
+        ],
+    )
+    f2 = write_jsonl_gz(
+        str(tmp_path / "in/2.jsonl"),
+        [
+            {"id": "d1", "text": f"First.\n{shared}"},
+            {"id": "d4", "text": "First."},
+        ],
+    )
+    result = deduplicate(
+        [f2, f1], str(tmp_path / "out"), DedupConfig(mode="paragraph"), context=local_ctx
+    )
     attrs = {r["id"]: r for p in result.attributes for r in read_jsonl_gz(p)}
     docs = {r["id"]: r for p in result.documents for r in read_jsonl_gz(p)}
-    source = {"d2": f"Unique opening.\n{shared}\n\nSecond unique line.",
-              "d3": f"{shared}\n  a line every page REPEATS.  "}
+    source = {
+        "d2": f"Unique opening.\n{shared}\n\nSecond unique line.",
+        "d3": f"{shared}\n  a line every page REPEATS.  ",
+    }
     # d1 holds the first copy of `shared` (smallest id), so d2 and d3 lose theirs.
     assert attrs["d1"]["duplicate_spans"] == []
     start = source["d2"].index(shared)
     assert attrs["d2"]["duplicate_spans"] == [[start, start + len(shared)]]
     assert docs["d2"]["text"] == "Unique opening.\n\nSecond unique line."
     assert [source["d3"][s:e] for s, e in attrs["d3"]["duplicate_spans"]] == [
-        shared, "  a line every page REPEATS.  "]
+        shared,
+        "  a line every page REPEATS.  ",
+    ]
     assert "d3" not in docs  # nothing new left in it
     assert attrs["d4"]["duplicate_spans"] == [[0, 6]] and "d4" not in docs
     # d3 loses all its text, d2 one line and its newline, d4 its only line.
     removed = len(source["d3"]) + len(shared) + 1 + len("First.")
-    assert result.counts["paragraph"] == {"total": 8, "duplicates": 4, "unique": 4,
-                                          "chars_removed": removed}
+    assert result.counts["paragraph"] == {
+        "total": 8,
+        "duplicates": 4,
+        "unique": 4,
+        "chars_removed": removed,
+    }
     assert result.counts["document"]["emptied"] == 2
 
 
-@pytest.mark.parametrize("line,message", [
-    ('{"id": 1, "body": "x"}', "record 1 has no 'text' field; pass text_key"),
-    ('{"id": 1.5, "text": "x"}', "field 'id' is a float"),
-    ('[1, 2]', "record 1 is a JSON list"),
-    ('{"id": 1, "text": ', "line 2: invalid JSON"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ('{"id": 1, "body": "x"}', "record 1 has no 'text' field; pass text_key"),
+        ('{"id": 1.5, "text": "x"}', "field 'id' is a float"),
+        ("[1, 2]", "record 1 is a JSON list"),
+        ('{"id": 1, "text": ', "line 2: invalid JSON"),
+    ],
+)
 def test_bad_records_are_named(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": 0, "text": "fine"}\n' + line + "\n")

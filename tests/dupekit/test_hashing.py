@@ -52,7 +52,7 @@ def test_shingle_hash_is_murmur3_of_utf32():
 @given(text=TEXT, n=st.integers(1, 7))
 def test_windows_equal_scalar_hash(text: str, n: int):
     cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
-    expected = [shingle_hash(text[i: i + n]) for i in range(len(text) - n + 1)]
+    expected = [shingle_hash(text[i : i + n]) for i in range(len(text) - n + 1)]
     assert murmur3_windows(cps, n).tolist() == expected
 
 
@@ -62,30 +62,36 @@ def test_segments_equal_scalar_hash(text: str, data: st.DataObject):
     cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
     starts = data.draw(st.lists(st.integers(0, len(text) - 1), min_size=1, max_size=10))
     lengths = [data.draw(st.integers(0, len(text) - s)) for s in starts]
-    expected = [shingle_hash(text[s: s + n]) for s, n in zip(starts, lengths, strict=True)]
+    expected = [shingle_hash(text[s : s + n]) for s, n in zip(starts, lengths, strict=True)]
     assert murmur3_segments(cps, np.array(starts), np.array(lengths)).tolist() == expected
 
 
 @settings(max_examples=25, deadline=None)
 @given(text=TEXT)
 def test_numpy_normalization_equals_regex(text: str):
-    assert codepoints_for_shingles(text).tobytes().decode("utf-32-le") == normalize_for_shingles(text)
+    assert codepoints_for_shingles(text).tobytes().decode("utf-32-le") == normalize_for_shingles(
+        text
+    )
 
 
 @settings(max_examples=50, deadline=None)
-@given(texts=st.lists(st.one_of(TEXT, st.sampled_from(["", " ", "\x00", "a\x00 b", " x ", "𝄞 y"])),
-                      max_size=8))
+@given(
+    texts=st.lists(
+        st.one_of(TEXT, st.sampled_from(["", " ", "\x00", "a\x00 b", " x ", "𝄞 y"])), max_size=8
+    )
+)
 def test_batch_normalization_equals_one_text_at_a_time(texts: list[str]):
     cps, offsets = batch_codepoints_for_shingles(texts)
     assert len(offsets) == len(texts) + 1
-    got = [cps[offsets[i]: offsets[i + 1]].tobytes() for i in range(len(texts))]
+    got = [cps[offsets[i] : offsets[i + 1]].tobytes() for i in range(len(texts))]
     assert got == [codepoints_for_shingles(t).tobytes() for t in texts]
 
 
 def test_normalization_on_shakespeare(shakespeare_docs):
     for doc in shakespeare_docs[:12]:
-        assert codepoints_for_shingles(doc["text"]).tobytes().decode("utf-32-le") == \
-            normalize_for_shingles(doc["text"])
+        assert codepoints_for_shingles(doc["text"]).tobytes().decode(
+            "utf-32-le"
+        ) == normalize_for_shingles(doc["text"])
 
 
 def test_normalizations():

@@ -20,12 +20,20 @@ from marin_dagster.dupekit.minhash import MinHasher
 from marin_dagster.dupekit.shingles import ShingleConfig, shingle_hashes, shingle_strings
 
 
-@pytest.mark.parametrize("threshold,num_perm,weights", [
-    (0.5, 128, (0.5, 0.5)), (0.8, 128, (0.5, 0.5)), (0.8, 128, (0.15, 0.85)),
-    (0.9, 64, (0.5, 0.5)), (0.7, 256, (0.3, 0.7)),
-])
+@pytest.mark.parametrize(
+    "threshold,num_perm,weights",
+    [
+        (0.5, 128, (0.5, 0.5)),
+        (0.8, 128, (0.5, 0.5)),
+        (0.8, 128, (0.15, 0.85)),
+        (0.9, 64, (0.5, 0.5)),
+        (0.7, 256, (0.3, 0.7)),
+    ],
+)
 def test_optimal_param_equals_datasketch(threshold, num_perm, weights):
-    assert optimal_param(threshold, num_perm, weights) == _optimal_param(threshold, num_perm, *weights)
+    assert optimal_param(threshold, num_perm, weights) == _optimal_param(
+        threshold, num_perm, *weights
+    )
     if weights == (0.5, 0.5):
         lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
         assert optimal_param(threshold, num_perm) == (lsh.b, lsh.r)
@@ -56,15 +64,16 @@ def test_band_hashes_collide_exactly_on_equal_bands():
     # Only the first bands * rows values count.
     tail = sig.copy()
     tail[120:] = 0
-    np.testing.assert_array_equal(band_hashes(sig[None], LSHParams(15, 8)),
-                                  band_hashes(tail[None], LSHParams(15, 8)))
+    np.testing.assert_array_equal(
+        band_hashes(sig[None], LSHParams(15, 8)), band_hashes(tail[None], LSHParams(15, 8))
+    )
 
 
 def test_saved_signatures_load_into_datasketch_lsh(tmp_path, shakespeare_docs):
     """A saved set answers datasketch queries like an index built from datasketch's own MinHash."""
     config = ShingleConfig()
     hasher = MinHasher(num_perm=128, seed=3)
-    chunks = [d["text"][i: i + 3000] for d in shakespeare_docs[:4] for i in range(0, 30000, 3000)]
+    chunks = [d["text"][i : i + 3000] for d in shakespeare_docs[:4] for i in range(0, 30000, 3000)]
     texts = chunks + [chunks[0][:2500] + " an edit at the end", chunks[5].replace("the", "thee")]
     ids = [f"doc-{i}" for i in range(len(texts))]
     sigs = hasher.signatures([shingle_hashes(t, config) for t in texts])

@@ -47,8 +47,9 @@ def record(counter: str, event: str) -> None:
             f.write(f"{event} {os.getpid()}\n")
 
 
-def _run(config: ChunkedConfig, inputs: Mapping[str, str], output_path: str,
-         step: StepContext) -> dict[str, Any]:
+def _run(
+    config: ChunkedConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     record(config.counter, "enter")
     upstream = b""
     if "source" in inputs:
@@ -63,13 +64,15 @@ def _run(config: ChunkedConfig, inputs: Mapping[str, str], output_path: str,
             f.write(data[: len(data) // 2])
             f.flush()
             time.sleep(config.delay_s)  # a kill now lands inside the write
-            f.write(data[len(data) // 2:])
+            f.write(data[len(data) // 2 :])
         record(config.counter, f"chunk{i}")
         written += 1
     return {"chunks_written": written, "note": dg.MetadataValue.md(f"**{written}** chunks")}
 
 
-def chunked(name: str, upstream: dg.AssetsDefinition | None = None, **config: Any) -> dg.AssetsDefinition:
+def chunked(
+    name: str, upstream: dg.AssetsDefinition | None = None, **config: Any
+) -> dg.AssetsDefinition:
     return versioned_asset(
         name=name,
         kind="chunked",
@@ -92,15 +95,28 @@ def main() -> None:
     parser.add_argument("--stale-after", type=float, default=90.0)
     parser.add_argument("--heartbeat", type=float, default=30.0)
     args = parser.parse_args()
-    asset = chunked("test/chunks", num_chunks=args.num_chunks, delay_s=args.delay, counter=args.counter)
-    storage = StorageResource(prefix=args.prefix, stale_after_s=args.stale_after,
-                              heartbeat_s=args.heartbeat, lease_wait_s=120)
-    result = dg.materialize([asset], instance=dg.DagsterInstance.get(), resources={"storage": storage})
+    asset = chunked(
+        "test/chunks", num_chunks=args.num_chunks, delay_s=args.delay, counter=args.counter
+    )
+    storage = StorageResource(
+        prefix=args.prefix,
+        stale_after_s=args.stale_after,
+        heartbeat_s=args.heartbeat,
+        lease_wait_s=120,
+    )
+    result = dg.materialize(
+        [asset], instance=dg.DagsterInstance.get(), resources={"storage": storage}
+    )
     mat = result.asset_materializations_for_node(asset.op.name)[0]
-    sys.stdout.write(json.dumps({
-        "skipped": mat.metadata["skipped"].value,
-        "data_version": mat.tags["dagster/data_version"],
-    }) + "\n")
+    sys.stdout.write(
+        json.dumps(
+            {
+                "skipped": mat.metadata["skipped"].value,
+                "data_version": mat.tags["dagster/data_version"],
+            }
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

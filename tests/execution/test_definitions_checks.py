@@ -16,8 +16,21 @@ from tests.conftest import REPO, subprocess_env
 DAGSTER = os.path.join(os.path.dirname(sys.executable), "dagster")
 
 
-@pytest.mark.parametrize("name", ["../escape", "raw/../../etc", "/abs/path", "raw//x", "raw/./x",
-                                  "raw/", "", "raw/a b", "gs://bucket/x", ".."])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../escape",
+        "raw/../../etc",
+        "/abs/path",
+        "raw//x",
+        "raw/./x",
+        "raw/",
+        "",
+        "raw/a b",
+        "gs://bucket/x",
+        "..",
+    ],
+)
 def test_a_name_that_could_leave_the_prefix_is_refused(name):
     with pytest.raises(ValueError, match="is not allowed") as err:
         sample_corpus(name)
@@ -44,8 +57,10 @@ def test_one_name_two_configs_in_one_experiment_names_both_lines():
 
 def test_the_same_definition_reached_twice_is_one_asset():
     corpus = sample_corpus("raw/once")
-    leaves = [deduplicated("dedup/e", source=corpus, mode="exact"),
-              deduplicated("dedup/f", source=corpus, mode="fuzzy")]
+    leaves = [
+        deduplicated("dedup/e", source=corpus, mode="exact"),
+        deduplicated("dedup/f", source=corpus, mode="fuzzy"),
+    ]
     assert [s.name for s in upstream_closure(leaves)].count("raw/once") == 1
 
 
@@ -66,8 +81,14 @@ def test_definitions_validate_refuses_two_experiments_sharing_a_name(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     proc = subprocess.run(
-        [DAGSTER, "definitions", "validate", "-f", str(location)], cwd=REPO, capture_output=True,
-        text=True, timeout=300, env=subprocess_env(DAGSTER_HOME=str(home)), stdin=subprocess.DEVNULL)
+        [DAGSTER, "definitions", "validate", "-f", str(location)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subprocess_env(DAGSTER_HOME=str(home)),
+        stdin=subprocess.DEVNULL,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "'raw/shared' is defined twice" in out

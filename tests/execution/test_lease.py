@@ -28,8 +28,11 @@ def test_waiter_gets_the_lease_once_released(prefix):
     out = fs.join(prefix, "step-1234")
     first = Lease(out, FAST, run_id="one")
     first.acquire()
-    waiter = Lease(out, LeaseSettings(heartbeat_s=0.2, stale_after_s=2.0, wait_s=30, poll_s=0.05,
-                                      settle_s=0.1), run_id="two")
+    waiter = Lease(
+        out,
+        LeaseSettings(heartbeat_s=0.2, stale_after_s=2.0, wait_s=30, poll_s=0.05, settle_s=0.1),
+        run_id="two",
+    )
     import threading
 
     threading.Timer(0.5, first.release).start()
@@ -51,36 +54,59 @@ def test_heartbeat_keeps_a_live_lease_fresh(prefix):
 
 def test_stale_lease_from_another_host_is_taken_over(prefix):
     out = fs.join(prefix, "step-1234")
-    fs.write_json(fs.join(out, LOCK_FILE), {
-        "token": "old", "run_id": "crashed", "host": "some-other-host", "pid": 1,
-        "heartbeat_at": time.time() - 10,
-    })
+    fs.write_json(
+        fs.join(out, LOCK_FILE),
+        {
+            "token": "old",
+            "run_id": "crashed",
+            "host": "some-other-host",
+            "pid": 1,
+            "heartbeat_at": time.time() - 10,
+        },
+    )
     with Lease(out, FAST, run_id="new") as lease:
         assert fs.read_json(fs.join(out, LOCK_FILE))["token"] == lease.token
 
 
 def test_live_lease_from_another_host_is_respected(prefix):
     out = fs.join(prefix, "step-1234")
-    fs.write_json(fs.join(out, LOCK_FILE), {
-        "token": "old", "run_id": "elsewhere", "host": "some-other-host", "pid": 1,
-        "heartbeat_at": time.time() + 60,
-    })
+    fs.write_json(
+        fs.join(out, LOCK_FILE),
+        {
+            "token": "old",
+            "run_id": "elsewhere",
+            "host": "some-other-host",
+            "pid": 1,
+            "heartbeat_at": time.time() + 60,
+        },
+    )
     with pytest.raises(LeaseHeldError, match="elsewhere"):
         Lease(out, FAST).acquire()
 
 
 def test_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(prefix):
     out = fs.join(prefix, "step-1234")
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     import socket
 
-    fs.write_json(fs.join(out, LOCK_FILE), {
-        "token": "old", "run_id": "killed", "host": socket.gethostname(),
-        "pid": int(proc.stdout), "heartbeat_at": time.time(),
-    })
-    slow_to_stale = LeaseSettings(heartbeat_s=0.2, stale_after_s=3600, wait_s=0.5, poll_s=0.05,
-                                  settle_s=0.1)
+    fs.write_json(
+        fs.join(out, LOCK_FILE),
+        {
+            "token": "old",
+            "run_id": "killed",
+            "host": socket.gethostname(),
+            "pid": int(proc.stdout),
+            "heartbeat_at": time.time(),
+        },
+    )
+    slow_to_stale = LeaseSettings(
+        heartbeat_s=0.2, stale_after_s=3600, wait_s=0.5, poll_s=0.05, settle_s=0.1
+    )
     with Lease(out, slow_to_stale, run_id="new") as lease:
         assert lease.holds()
 
@@ -89,13 +115,24 @@ def test_a_taken_over_lease_is_noticed(prefix):
     out = fs.join(prefix, "step-1234")
     lease = Lease(out, FAST, run_id="one")
     lease.acquire()
-    fs.write_bytes(fs.join(out, LOCK_FILE), json.dumps({
-        "token": "thief", "run_id": "two", "host": "h", "pid": 1, "heartbeat_at": time.time(),
-    }).encode())
+    fs.write_bytes(
+        fs.join(out, LOCK_FILE),
+        json.dumps(
+            {
+                "token": "thief",
+                "run_id": "two",
+                "host": "h",
+                "pid": 1,
+                "heartbeat_at": time.time(),
+            }
+        ).encode(),
+    )
     with pytest.raises(LeaseLostError, match="run two"):
         lease.check()
     lease.release()
-    assert fs.read_json(fs.join(out, LOCK_FILE))["token"] == "thief", "release leaves others' leases"
+    assert fs.read_json(fs.join(out, LOCK_FILE))["token"] == "thief", (
+        "release leaves others' leases"
+    )
 
 
 def test_a_lease_read_while_its_holder_rewrites_it_is_never_torn(prefix):

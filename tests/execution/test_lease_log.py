@@ -28,13 +28,26 @@ def test_stale_lease_takeover_is_in_the_run_log(tmp_path):
     dead.wait()
     os.makedirs(output)
     with open(os.path.join(output, LOCK_FILE), "w") as f:  # what a killed run leaves behind
-        json.dump({"token": "dead", "run_id": "killed-run", "host": socket.gethostname(),
-                   "pid": dead.pid, "heartbeat_at": time.time()}, f)
+        json.dump(
+            {
+                "token": "dead",
+                "run_id": "killed-run",
+                "host": socket.gethostname(),
+                "pid": dead.pid,
+                "heartbeat_at": time.time(),
+            },
+            f,
+        )
     with dg.instance_for_test() as instance:
         result = dg.materialize([corpus], instance=instance, resources={"storage": storage})
         assert result.success
-        warnings = [e.user_message for e in instance.all_logs(result.run_id)
-                    if not e.is_dagster_event and e.level == logging.WARNING]
-    assert any("taking over the stale lease" in m and "killed-run" in m and str(dead.pid) in m
-               for m in warnings), warnings
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if not e.is_dagster_event and e.level == logging.WARNING
+        ]
+    assert any(
+        "taking over the stale lease" in m and "killed-run" in m and str(dead.pid) in m
+        for m in warnings
+    ), warnings
     assert read_status(output).status == StepStatus.SUCCESS

@@ -36,7 +36,9 @@ def test_version_is_short_hex_and_stable():
 
 
 def test_unversioned_fields_do_not_change_the_version():
-    assert compute_version("k", Config(max_workers=1)) == compute_version("k", Config(max_workers=64))
+    assert compute_version("k", Config(max_workers=1)) == compute_version(
+        "k", Config(max_workers=64)
+    )
 
 
 def test_every_versioned_field_and_input_changes_the_version():
@@ -45,8 +47,9 @@ def test_every_versioned_field_and_input_changes_the_version():
     assert compute_version("k", Config(lowercase=True)) != base
     assert compute_version("other", Config()) != base
     assert compute_version("k", Config(), {"source": "abcd1234"}) != base
-    assert compute_version("k", Config(), {"source": "abcd1234"}) != \
-        compute_version("k", Config(), {"source": "abcd1235"})
+    assert compute_version("k", Config(), {"source": "abcd1234"}) != compute_version(
+        "k", Config(), {"source": "abcd1235"}
+    )
 
 
 def test_nested_dataclasses_are_versioned_by_value():

@@ -29,8 +29,11 @@ def _events(counter) -> list[str]:
 
 
 def _materialize(assets, prefix, instance, **kwargs):
-    storage = StorageResource(prefix=prefix, stale_after_s=kwargs.pop("stale_after_s", 90.0),
-                              heartbeat_s=kwargs.pop("heartbeat_s", 30.0))
+    storage = StorageResource(
+        prefix=prefix,
+        stale_after_s=kwargs.pop("stale_after_s", 90.0),
+        heartbeat_s=kwargs.pop("heartbeat_s", 30.0),
+    )
     return dg.materialize(assets, instance=instance, resources={"storage": storage}, **kwargs)
 
 
@@ -45,7 +48,9 @@ def _version(asset):
 
 
 def _output(prefix, asset):
-    return fs.join(fs.normalize(prefix), f"{'/'.join(asset.key.path)}-{asset.code_versions_by_key[asset.key]}")
+    return fs.join(
+        fs.normalize(prefix), f"{'/'.join(asset.key.path)}-{asset.code_versions_by_key[asset.key]}"
+    )
 
 
 def test_rematerializing_unchanged_asset_does_no_work(prefix, tmp_path):
@@ -58,7 +63,9 @@ def test_rematerializing_unchanged_asset_does_no_work(prefix, tmp_path):
         assert first_meta["skipped"] is False
 
         _materialize([asset], prefix, instance)
-        assert _events(counter) == ["enter", "chunk0", "chunk1", "chunk2", "chunk3"], "compute was entered"
+        assert _events(counter) == ["enter", "chunk0", "chunk1", "chunk2", "chunk3"], (
+            "compute was entered"
+        )
         second_version, second_meta = _latest(instance, asset)
         assert second_version == first_version
         assert second_meta["skipped"] is True
@@ -71,8 +78,9 @@ def test_rematerializing_unchanged_asset_does_no_work(prefix, tmp_path):
 def test_versioned_field_changes_version_path_and_marks_downstream_unsynced(prefix, tmp_path):
     a1 = chunked("t/a", seed=0)
     b1 = chunked("t/b", upstream=a1)
-    assert _version(chunked("t/a", seed=0, delay_s=0.25, counter="x")) == _version(a1), \
+    assert _version(chunked("t/a", seed=0, delay_s=0.25, counter="x")) == _version(a1), (
         "unversioned fields must not change the version"
+    )
     with dg.instance_for_test() as instance:
         _materialize([a1, b1], prefix, instance)
         assert get_stale_status_resolver(instance, [a1, b1]).get_status(b1.key) == StaleStatus.FRESH
@@ -94,7 +102,8 @@ def test_versioned_field_changes_version_path_and_marks_downstream_unsynced(pref
         # both versions' outputs coexist, each still SUCCESS
         assert read_status(_output(prefix, a1)).status == StepStatus.SUCCESS
         assert fs.read_bytes(fs.join(_output(prefix, b2), "chunk-00000.bin")) == chunk_bytes(
-            0, 0, 4096, chunk_bytes(1, 0, 4096))
+            0, 0, 4096, chunk_bytes(1, 0, 4096)
+        )
 
 
 def test_force_reruns_from_run_config_and_from_run_tag(prefix, tmp_path):
@@ -102,8 +111,12 @@ def test_force_reruns_from_run_config_and_from_run_tag(prefix, tmp_path):
     asset = chunked("t/a", counter=counter, num_chunks=2)
     with dg.instance_for_test() as instance:
         _materialize([asset], prefix, instance)
-        _materialize([asset], prefix, instance,
-                     run_config={"ops": {asset.op.name: {"config": {"force": True}}}})
+        _materialize(
+            [asset],
+            prefix,
+            instance,
+            run_config={"ops": {asset.op.name: {"config": {"force": True}}}},
+        )
         assert _events(counter).count("enter") == 2
         assert _events(counter).count("chunk0") == 2, "force must redo finished chunks too"
         _materialize([asset], prefix, instance, tags={"marin/force": "true"})
@@ -121,11 +134,29 @@ def test_downstream_of_unmaterialized_input_fails_naming_it(prefix, tmp_path):
 
 def _start_runner(prefix, counter, home, delay, num_chunks=6):
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.execution.chunked", "--prefix", prefix, "--counter", counter,
-         "--delay", str(delay), "--num-chunks", str(num_chunks), "--heartbeat", "1",
-         "--stale-after", "5"],
-        cwd=REPO, env=subprocess_env(DAGSTER_HOME=home), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.execution.chunked",
+            "--prefix",
+            prefix,
+            "--counter",
+            counter,
+            "--delay",
+            str(delay),
+            "--num-chunks",
+            str(num_chunks),
+            "--heartbeat",
+            "1",
+            "--stale-after",
+            "5",
+        ],
+        cwd=REPO,
+        env=subprocess_env(DAGSTER_HOME=home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -163,7 +194,7 @@ def test_sigkill_mid_write_then_rerun_gives_clean_bytes(process_prefix, dagster_
     out, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, err[-3000:]
     assert json.loads(out.splitlines()[-1])["skipped"] is False
-    redone = _events(counter)[len(done_before) + 1:]
+    redone = _events(counter)[len(done_before) + 1 :]
     assert redone[0] == "enter"
     assert not set(done_before) & set(redone), "finished chunks were written again"
     assert read_status(output).status == StepStatus.SUCCESS
@@ -175,14 +206,19 @@ def test_sigkill_mid_write_then_rerun_gives_clean_bytes(process_prefix, dagster_
     for i in range(6):
         name = f"chunk-{i:05d}.bin"
         assert fs.read_bytes(fs.join(output, name)) == fs.read_bytes(fs.join(clean, name))
-    assert fs.read_json(fs.join(output, MANIFEST_FILE))["files"].keys() == \
-        fs.read_json(fs.join(clean, MANIFEST_FILE))["files"].keys()
+    assert (
+        fs.read_json(fs.join(output, MANIFEST_FILE))["files"].keys()
+        == fs.read_json(fs.join(clean, MANIFEST_FILE))["files"].keys()
+    )
     assert read_status(output).data_version == read_status(clean).data_version
 
 
 def test_two_processes_at_once_exactly_one_does_the_work(process_prefix, dagster_home, tmp_path):
     counter = str(tmp_path / "counter")
-    procs = [_start_runner(process_prefix, counter, dagster_home, delay=0.4, num_chunks=4) for _ in range(2)]
+    procs = [
+        _start_runner(process_prefix, counter, dagster_home, delay=0.4, num_chunks=4)
+        for _ in range(2)
+    ]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -209,11 +245,19 @@ def test_bad_run_config_fails_before_any_work(prefix, tmp_path):
     asset = chunked("t/x", counter=counter)
     with dg.instance_for_test() as instance:
         with pytest.raises(dg.DagsterInvalidConfigError, match="forse"):
-            _materialize([asset], prefix, instance,
-                         run_config={"ops": {asset.op.name: {"config": {"forse": True}}}})
+            _materialize(
+                [asset],
+                prefix,
+                instance,
+                run_config={"ops": {asset.op.name: {"config": {"forse": True}}}},
+            )
         with pytest.raises(dg.DagsterInvalidConfigError, match="force"):
-            _materialize([asset], prefix, instance,
-                         run_config={"ops": {asset.op.name: {"config": {"force": "yes"}}}})
+            _materialize(
+                [asset],
+                prefix,
+                instance,
+                run_config={"ops": {asset.op.name: {"config": {"force": "yes"}}}},
+            )
     assert _events(counter) == []
 
 

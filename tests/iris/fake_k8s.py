@@ -25,8 +25,12 @@ class FakeBatchV1Api:
         self.jobs: dict[tuple[str, str], client.V1Job] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def create_namespaced_job(self, body: client.V1Job, namespace: str, **kwargs: Any) -> client.V1Job:
-        self.calls.append(("create_namespaced_job", {"name": body.metadata.name, "namespace": namespace}))
+    def create_namespaced_job(
+        self, body: client.V1Job, namespace: str, **kwargs: Any
+    ) -> client.V1Job:
+        self.calls.append(
+            ("create_namespaced_job", {"name": body.metadata.name, "namespace": namespace})
+        )
         body.status = client.V1JobStatus(active=1)
         self.jobs[(namespace, body.metadata.name)] = body
         return body
@@ -37,13 +41,23 @@ class FakeBatchV1Api:
             raise ApiException(status=404, reason="Not Found")
         return self.jobs[(namespace, name)]
 
-    def list_namespaced_job(self, namespace: str, label_selector: str | None = None, **kwargs: Any) -> client.V1JobList:
-        self.calls.append(("list_namespaced_job", {"namespace": namespace, "label_selector": label_selector}))
-        items = [j for (ns, _), j in self.jobs.items() if ns == namespace and _matches(j.metadata.labels, label_selector)]
+    def list_namespaced_job(
+        self, namespace: str, label_selector: str | None = None, **kwargs: Any
+    ) -> client.V1JobList:
+        self.calls.append(
+            ("list_namespaced_job", {"namespace": namespace, "label_selector": label_selector})
+        )
+        items = [
+            j
+            for (ns, _), j in self.jobs.items()
+            if ns == namespace and _matches(j.metadata.labels, label_selector)
+        ]
         return client.V1JobList(items=items)
 
     def delete_namespaced_job(self, name: str, namespace: str, **kwargs: Any) -> None:
-        self.calls.append(("delete_namespaced_job", {"name": name, "namespace": namespace, **kwargs}))
+        self.calls.append(
+            ("delete_namespaced_job", {"name": name, "namespace": namespace, **kwargs})
+        )
         if self.jobs.pop((namespace, name), None) is None:
             raise ApiException(status=404, reason="Not Found")
 
@@ -53,7 +67,9 @@ class FakeCoreV1Api:
         self.pods: dict[tuple[str, str], client.V1Pod] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def add_pod(self, namespace: str, job_name: str, status: client.V1PodStatus, node: str = "gke-node-1") -> None:
+    def add_pod(
+        self, namespace: str, job_name: str, status: client.V1PodStatus, node: str = "gke-node-1"
+    ) -> None:
         name = f"{job_name}-x1"
         self.pods[(namespace, name)] = client.V1Pod(
             metadata=client.V1ObjectMeta(name=name, labels={"job-name": job_name}),
@@ -61,9 +77,17 @@ class FakeCoreV1Api:
             status=status,
         )
 
-    def list_namespaced_pod(self, namespace: str, label_selector: str | None = None, **kwargs: Any) -> client.V1PodList:
-        self.calls.append(("list_namespaced_pod", {"namespace": namespace, "label_selector": label_selector}))
-        items = [p for (ns, _), p in self.pods.items() if ns == namespace and _matches(p.metadata.labels, label_selector)]
+    def list_namespaced_pod(
+        self, namespace: str, label_selector: str | None = None, **kwargs: Any
+    ) -> client.V1PodList:
+        self.calls.append(
+            ("list_namespaced_pod", {"namespace": namespace, "label_selector": label_selector})
+        )
+        items = [
+            p
+            for (ns, _), p in self.pods.items()
+            if ns == namespace and _matches(p.metadata.labels, label_selector)
+        ]
         return client.V1PodList(items=items)
 
     def delete_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> None:

@@ -52,8 +52,15 @@ def _wait_for(path: str, timeout_s: float) -> bool:
 
 
 def _gpu_step(name: str) -> dg.MaterializeResult:
-    env = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MARIN_IRIS_ASSIGNED_DEVICES",
-                                          "MARIN_IRIS_REQUESTED", "MARIN_IRIS_LAUNCHER")}
+    env = {
+        k: os.environ.get(k)
+        for k in (
+            "CUDA_VISIBLE_DEVICES",
+            "MARIN_IRIS_ASSIGNED_DEVICES",
+            "MARIN_IRIS_REQUESTED",
+            "MARIN_IRIS_LAUNCHER",
+        )
+    }
     _record(f"{name}.start", env=env)
     open(os.path.join(_dir(), f"{name}.started"), "w").close()
     time.sleep(1.0)

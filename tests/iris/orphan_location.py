@@ -32,7 +32,9 @@ class HeldConfig(StepConfig):
 
 def _record(name: str, **extra: Any) -> None:
     with open(os.path.join(os.environ["IRIS_TEST_DIR"], f"{name}.jsonl"), "a") as f:
-        f.write(json.dumps({"t": time.time(), "pid": os.getpid(), "pgid": os.getpgrp(), **extra}) + "\n")
+        f.write(
+            json.dumps({"t": time.time(), "pid": os.getpid(), "pgid": os.getpgrp(), **extra}) + "\n"
+        )
 
 
 def _hold(item: int) -> dict[str, int]:
@@ -45,22 +47,32 @@ def _hold(item: int) -> dict[str, int]:
     return {"item": item, "worker": os.getpid()}
 
 
-def _run_held(config: HeldConfig, inputs: Mapping[str, str], output_path: str,
-              step: StepContext) -> dict[str, Any]:
+def _run_held(
+    config: HeldConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     _record("step")
-    ds = (Dataset.from_list(list(range(config.shards))).reshard(config.shards).map(_hold)
-          .write_jsonl(os.path.join(output_path, "part-{shard:05d}.jsonl")))
-    result = ZephyrContext(max_workers=config.shards, backend="local", progress_bar=False).execute(ds)
+    ds = (
+        Dataset.from_list(list(range(config.shards)))
+        .reshard(config.shards)
+        .map(_hold)
+        .write_jsonl(os.path.join(output_path, "part-{shard:05d}.jsonl"))
+    )
+    result = ZephyrContext(max_workers=config.shards, backend="local", progress_bar=False).execute(
+        ds
+    )
     return {"files": len(result.results)}
 
 
-def _run_quick(config: StepConfig, inputs: Mapping[str, str], output_path: str,
-               step: StepContext) -> dict[str, Any]:
+def _run_quick(
+    config: StepConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
     return {}
 
 
 held = versioned_asset(name="orphan/held", kind="orphan_held", config=HeldConfig(), run=_run_held)
-quick = versioned_asset(name="orphan/quick", kind="orphan_quick", config=StepConfig(), run=_run_quick)
+quick = versioned_asset(
+    name="orphan/quick", kind="orphan_quick", config=StepConfig(), run=_run_quick
+)
 
 defs = dg.Definitions(
     assets=[held, quick],

@@ -81,7 +81,9 @@ def test_leases_are_exclusive_within_and_across_processes(tmp_path):
 
 
 def test_device_env():
-    inv = LocalInventory.from_config(gpus=["2", "3"], tpu_chips=["0", "1", "2", "3"], tpu_type="v5e")
+    inv = LocalInventory.from_config(
+        gpus=["2", "3"], tpu_chips=["0", "1", "2", "3"], tpu_type="v5e"
+    )
     gpus = tuple(inv.serving(ResourceConfig.parse("gpu:2")))
     assert device_env(gpus) == {"CUDA_VISIBLE_DEVICES": "2,3"}
     chips = tuple(inv.serving(ResourceConfig.parse("tpu:v5e-4")))

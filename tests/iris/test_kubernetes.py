@@ -47,7 +47,10 @@ class _Run:
 def _render(text: str, attempt: int = 0) -> tuple[client.V1Job, str]:
     launcher = KubernetesLauncher(SETTINGS, batch_api=FakeBatchV1Api(), core_api=FakeCoreV1Api())
     return launcher.render_job(
-        run=_Run(), run_launcher=None, step_key="train", attempt=attempt,
+        run=_Run(),
+        run_launcher=None,
+        step_key="train",
+        attempt=attempt,
         step_tags=ResourceConfig.parse(text).to_op_tags(),
         command=["/usr/local/bin/python", "-m", "marin_dagster.iris.executor_worker"],
         command_env=[{"name": "DAGSTER_COMPRESSED_EXECUTE_STEP_ARGS", "value": "eJxLy..."}],
@@ -87,7 +90,11 @@ def _common_checks(job: client.V1Job, wire: dict) -> client.V1Container:
     assert env["DAGSTER_HOME"].value == "/opt/dagster/dagster_home"
     # Secrets by reference only.
     assert env["WANDB_API_KEY"].value is None
-    assert env["WANDB_API_KEY"].value_from.secret_key_ref.to_dict() == {"name": "wandb", "key": "api-key", "optional": None}
+    assert env["WANDB_API_KEY"].value_from.secret_key_ref.to_dict() == {
+        "name": "wandb",
+        "key": "api-key",
+        "optional": None,
+    }
     assert env["HF_TOKEN"].value_from.secret_key_ref.name == "hf"
     assert env["DAGSTER_PG_PASSWORD"].value_from.secret_key_ref.name == "dagster-postgresql-secret"
     assert [s.secret_ref.name for s in container.env_from if s.secret_ref] == ["marin-secrets"]
@@ -125,7 +132,9 @@ def test_tpu_job_manifest_and_retry_attempt_name():
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
         "cloud.google.com/gke-tpu-topology": "2x4",
     }
-    assert ("google.com/tpu", "Exists") in {(t.key, t.operator) for t in job.spec.template.spec.tolerations}
+    assert ("google.com/tpu", "Exists") in {
+        (t.key, t.operator) for t in job.spec.template.spec.tolerations
+    }
     assert "nvidia.com/gpu" not in container.resources.limits
 
 
@@ -134,11 +143,20 @@ def test_requests_the_launcher_cannot_place():
         _render("tpu:v5e-16")
     with pytest.raises(ResourceConfigError, match="replicas=2"):
         _render("gpu:h100 replicas=2")
-    no_image = KubernetesLauncher(KubernetesSettings(), batch_api=FakeBatchV1Api(), core_api=FakeCoreV1Api())
+    no_image = KubernetesLauncher(
+        KubernetesSettings(), batch_api=FakeBatchV1Api(), core_api=FakeCoreV1Api()
+    )
     with pytest.raises(ResourceConfigError, match="no image"):
-        no_image.render_job(run=_Run(), run_launcher=None, step_key="s", attempt=0,
-                            step_tags=ResourceConfig.parse("gpu:1").to_op_tags(), command=["x"],
-                            command_env=[], image=None)
+        no_image.render_job(
+            run=_Run(),
+            run_launcher=None,
+            step_key="s",
+            attempt=0,
+            step_tags=ResourceConfig.parse("gpu:1").to_op_tags(),
+            command=["x"],
+            command_env=[],
+            image=None,
+        )
 
 
 def _pod_status(**kwargs) -> client.V1PodStatus:
@@ -149,15 +167,37 @@ def test_classify_failed_pods():
     def pod(status):
         return client.V1Pod(metadata=client.V1ObjectMeta(name="p"), status=status)
 
-    terminated = lambda code: [client.V1ContainerStatus(  # noqa: E731
-        name="dagster", image="i", image_id="", ready=False, restart_count=0,
-        state=client.V1ContainerState(terminated=client.V1ContainerStateTerminated(exit_code=code)))]
+    def terminated(code):
+        return [
+            client.V1ContainerStatus(
+                name="dagster",
+                image="i",
+                image_id="",
+                ready=False,
+                restart_count=0,
+                state=client.V1ContainerState(
+                    terminated=client.V1ContainerStateTerminated(exit_code=code)
+                ),
+            )
+        ]
+
     assert classify_failed_pods("j", []).phase == "preempted"
-    assert classify_failed_pods("j", [pod(_pod_status(reason="Evicted", message="low memory"))]).phase == "preempted"
-    disrupted = _pod_status(conditions=[client.V1PodCondition(type="DisruptionTarget", status="True",
-                                                              reason="PreemptionByScheduler")])
+    assert (
+        classify_failed_pods("j", [pod(_pod_status(reason="Evicted", message="low memory"))]).phase
+        == "preempted"
+    )
+    disrupted = _pod_status(
+        conditions=[
+            client.V1PodCondition(
+                type="DisruptionTarget", status="True", reason="PreemptionByScheduler"
+            )
+        ]
+    )
     assert classify_failed_pods("j", [pod(disrupted)]).phase == "preempted"
-    assert classify_failed_pods("j", [pod(_pod_status(container_statuses=terminated(143)))]).phase == "preempted"
+    assert (
+        classify_failed_pods("j", [pod(_pod_status(container_statuses=terminated(143)))]).phase
+        == "preempted"
+    )
     failed = classify_failed_pods("j", [pod(_pod_status(container_statuses=terminated(1)))])
     assert failed.phase == "failed" and "exited 1" in failed.reason
 
@@ -166,24 +206,42 @@ def _handler_context(instance, job_def, run, step_key, attempt, handler):
     recon = dg.reconstructable(jobs.k8s_job)
     plan = create_execution_plan(recon)
     plan_context = PlanOrchestrationContext(
-        plan_data=PlanData(job=recon, dagster_run=run, instance=instance, execution_plan=plan,
-                           raise_on_error=True, retry_mode=RetryMode.ENABLED),
+        plan_data=PlanData(
+            job=recon,
+            dagster_run=run,
+            instance=instance,
+            execution_plan=plan,
+            raise_on_error=True,
+            retry_mode=RetryMode.ENABLED,
+        ),
         log_manager=create_context_free_log_manager(instance, run),
         executor=StepDelegatingExecutor(handler, retries=RetryMode.ENABLED),
         output_capture=None,
     )
     args = ExecuteStepArgs(
-        job_origin=recon.get_python_origin(), run_id=run.run_id, step_keys_to_execute=[step_key],
+        job_origin=recon.get_python_origin(),
+        run_id=run.run_id,
+        step_keys_to_execute=[step_key],
         instance_ref=instance.get_ref(),
-        known_state=KnownExecutionState(previous_retry_attempts={step_key: attempt} if attempt else {}),
+        known_state=KnownExecutionState(
+            previous_retry_attempts={step_key: attempt} if attempt else {}
+        ),
     )
-    return StepHandlerContext(instance=instance, plan_context=plan_context, steps=plan.steps,
-                              execute_step_args=args, dagster_run=run)
+    return StepHandlerContext(
+        instance=instance,
+        plan_context=plan_context,
+        steps=plan.steps,
+        execute_step_args=args,
+        dagster_run=run,
+    )
 
 
 def _events(instance, run_id, type_value):
-    return [e for e in instance.all_logs(run_id)
-            if e.dagster_event is not None and e.dagster_event.event_type_value == type_value]
+    return [
+        e
+        for e in instance.all_logs(run_id)
+        if e.dagster_event is not None and e.dagster_event.event_type_value == type_value
+    ]
 
 
 def test_handler_launches_retries_and_cleans_up_jobs(instance):
@@ -191,7 +249,9 @@ def test_handler_launches_retries_and_cleans_up_jobs(instance):
     settings = IrisSettings(launcher="kubernetes", max_retries_preemption=1, kubernetes=SETTINGS)
     handler = IrisStepHandler(settings, RetryMode.ENABLED, k8s_apis=(batch, core))
     job_def = jobs.k8s_job()
-    run = instance.create_run_for_job(job_def, job_code_origin=dg.reconstructable(jobs.k8s_job).get_python_origin())
+    run = instance.create_run_for_job(
+        job_def, job_code_origin=dg.reconstructable(jobs.k8s_job).get_python_origin()
+    )
 
     ctx = _handler_context(instance, job_def, run, "train_gpu", 0, handler)
     list(handler.launch_step(ctx))
@@ -207,7 +267,11 @@ def test_handler_launches_retries_and_cleans_up_jobs(instance):
     core.add_pod("marin", name, client.V1PodStatus(phase="Running"), node="gke-h100-pool-7")
     assert handler.check_step_health(ctx).is_healthy
     assert handler.check_step_health(ctx).is_healthy
-    node_logs = [e for e in instance.all_logs(run.run_id) if "runs on node gke-h100-pool-7" in (e.message or "")]
+    node_logs = [
+        e
+        for e in instance.all_logs(run.run_id)
+        if "runs on node gke-h100-pool-7" in (e.message or "")
+    ]
     assert len(node_logs) == 1
 
     # Evicted: retried as a preemption (STEP_UP_FOR_RETRY in the log), still "healthy".
@@ -227,18 +291,40 @@ def test_handler_launches_retries_and_cleans_up_jobs(instance):
     batch.jobs[("marin", name1)].status = client.V1JobStatus(failed=1)
     health = handler.check_step_health(ctx1)
     assert not health.is_healthy
-    assert "node lost" in health.unhealthy_reason and "max_retries_preemption=1" in health.unhealthy_reason
+    assert (
+        "node lost" in health.unhealthy_reason
+        and "max_retries_preemption=1" in health.unhealthy_reason
+    )
 
     # A TPU step that fails by its own exit code: not retried.
     ctx_tpu = _handler_context(instance, job_def, run, "train_tpu", 0, handler)
     list(handler.launch_step(ctx_tpu))
     tpu_name = [c for c in batch.calls if c[0] == "create_namespaced_job"][-1][1]["name"]
-    assert batch.jobs[("marin", tpu_name)].spec.template.spec.node_selector[
-        "cloud.google.com/gke-tpu-topology"] == "2x4"
+    assert (
+        batch.jobs[("marin", tpu_name)].spec.template.spec.node_selector[
+            "cloud.google.com/gke-tpu-topology"
+        ]
+        == "2x4"
+    )
     batch.jobs[("marin", tpu_name)].status = client.V1JobStatus(failed=1)
-    core.add_pod("marin", tpu_name, _pod_status(container_statuses=[client.V1ContainerStatus(
-        name="dagster", image="i", image_id="", ready=False, restart_count=0,
-        state=client.V1ContainerState(terminated=client.V1ContainerStateTerminated(exit_code=1)))]))
+    core.add_pod(
+        "marin",
+        tpu_name,
+        _pod_status(
+            container_statuses=[
+                client.V1ContainerStatus(
+                    name="dagster",
+                    image="i",
+                    image_id="",
+                    ready=False,
+                    restart_count=0,
+                    state=client.V1ContainerState(
+                        terminated=client.V1ContainerStateTerminated(exit_code=1)
+                    ),
+                )
+            ]
+        ),
+    )
     health = handler.check_step_health(ctx_tpu)
     assert not health.is_healthy and "exited 1" in health.unhealthy_reason
     assert len(_events(instance, run.run_id, "STEP_UP_FOR_RETRY")) == 1
@@ -256,12 +342,15 @@ def test_handler_launches_retries_and_cleans_up_jobs(instance):
 
 
 def test_kubernetes_launcher_refuses_an_instance_pods_cannot_reach(instance):
-    settings = IrisSettings(launcher="kubernetes",
-                            kubernetes=KubernetesSettings(image="img:1"))  # require_shared_instance on
+    settings = IrisSettings(
+        launcher="kubernetes", kubernetes=KubernetesSettings(image="img:1")
+    )  # require_shared_instance on
     batch, core = FakeBatchV1Api(), FakeCoreV1Api()
     handler = IrisStepHandler(settings, RetryMode.ENABLED, k8s_apis=(batch, core))
     job_def = jobs.k8s_job()
-    run = instance.create_run_for_job(job_def, job_code_origin=dg.reconstructable(jobs.k8s_job).get_python_origin())
+    run = instance.create_run_for_job(
+        job_def, job_code_origin=dg.reconstructable(jobs.k8s_job).get_python_origin()
+    )
     with pytest.raises(ResourceConfigError, match="Postgres.*SqliteRunStorage"):
         list(handler.launch_step(_handler_context(instance, job_def, run, "train_gpu", 0, handler)))
     assert batch.calls == []

@@ -13,7 +13,8 @@ from tests.iris.conftest import execution_config, read_records
 
 def test_gpu_steps_take_turns_on_one_device_while_cpu_runs_alongside(instance, iris_dir, tmp_path):
     result = dg.execute_job(
-        dg.reconstructable(jobs.local_gpu_job), instance=instance,
+        dg.reconstructable(jobs.local_gpu_job),
+        instance=instance,
         run_config=execution_config(tmp_path),
     )
     assert result.success, [e.message for e in result.all_events if e.is_failure]
@@ -31,7 +32,10 @@ def test_gpu_steps_take_turns_on_one_device_while_cpu_runs_alongside(instance, i
         assert start["env"]["MARIN_IRIS_LAUNCHER"] == "local"
 
     # The CPU step overlapped a GPU step and saw no GPU.
-    c_start, c_end = read_records(iris_dir, "cpu_side.start")[0], read_records(iris_dir, "cpu_side.end")[0]
+    c_start, c_end = (
+        read_records(iris_dir, "cpu_side.start")[0],
+        read_records(iris_dir, "cpu_side.end")[0],
+    )
     assert c_start["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert c_start["t"] < first[1] and c_end["t"] > first[0]
     pids = {c_start["pid"], a_start[0]["pid"], b_start[0]["pid"]}
@@ -53,7 +57,11 @@ def test_gpu_steps_take_turns_on_one_device_while_cpu_runs_alongside(instance, i
     leases = DeviceLeases(LocalInventory.from_config(gpus=["0"]), str(tmp_path / "leases"))
     assert leases.acquire("after", ResourceConfig.parse("gpu:1")) is not None
     leases.release_all()
-    waits = [e for e in result.all_events if e.event_type_value == "ENGINE_EVENT" and "waits for" in (e.message or "")]
+    waits = [
+        e
+        for e in result.all_events
+        if e.event_type_value == "ENGINE_EVENT" and "waits for" in (e.message or "")
+    ]
     assert len(waits) == 1  # the second GPU step waited for the device once
 
 
@@ -67,8 +75,11 @@ def _most_at_once(records: list[dict]) -> int:
 
 @pytest.mark.parametrize("max_concurrent", [1, 2])
 def test_cpu_steps_honor_max_concurrent(instance, iris_dir, tmp_path, max_concurrent):
-    result = dg.execute_job(dg.reconstructable(jobs.slots_job), instance=instance,
-                            run_config=execution_config(tmp_path, max_concurrent=max_concurrent))
+    result = dg.execute_job(
+        dg.reconstructable(jobs.slots_job),
+        instance=instance,
+        run_config=execution_config(tmp_path, max_concurrent=max_concurrent),
+    )
     assert result.success
     records = read_records(iris_dir, "slots")
     assert len(records) == 6

@@ -59,8 +59,9 @@ def _group_members(pgid: int) -> list[int]:
 
 @pytest.fixture
 def cli_env(dagster_home, iris_dir, tmp_path) -> dict[str, str]:
-    return subprocess_env(DAGSTER_HOME=dagster_home, MARIN_PREFIX=str(tmp_path / "data"),
-                          IRIS_TEST_DIR=iris_dir)
+    return subprocess_env(
+        DAGSTER_HOME=dagster_home, MARIN_PREFIX=str(tmp_path / "data"), IRIS_TEST_DIR=iris_dir
+    )
 
 
 @pytest.fixture
@@ -78,8 +79,20 @@ def groups() -> Iterator[list[int]]:
 def _materialize(select: str, env: dict[str, str], log_path: str) -> subprocess.Popen:
     with open(log_path, "w") as log:
         return subprocess.Popen(
-            [DAGSTER, "asset", "materialize", "-m", "tests.iris.orphan_location", "--select", select],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            [
+                DAGSTER,
+                "asset",
+                "materialize",
+                "-m",
+                "tests.iris.orphan_location",
+                "--select",
+                select,
+            ],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -92,8 +105,11 @@ def test_kill_9_of_the_run_kills_its_step_workers_and_the_next_run_fails_it(
     )
     cli = _materialize("orphan/held", cli_env, str(tmp_path / "first.log"))
     groups.append(cli.pid)
-    _wait_until(lambda: len(read_records(iris_dir, "zephyr_task")) == 2, 180,
-                "both Zephyr tasks to start (see first.log)")
+    _wait_until(
+        lambda: len(read_records(iris_dir, "zephyr_task")) == 2,
+        180,
+        "both Zephyr tasks to start (see first.log)",
+    )
     step = read_records(iris_dir, "step")[0]
     workers = {r["pid"] for r in read_records(iris_dir, "zephyr_task")}
     groups.append(step["pgid"])
@@ -106,8 +122,11 @@ def test_kill_9_of_the_run_kills_its_step_workers_and_the_next_run_fails_it(
 
     os.killpg(cli.pid, signal.SIGKILL)
     cli.wait(timeout=10)
-    _wait_until(lambda: not _group_members(step["pgid"]), 5,
-                f"the step worker's group {step['pgid']} to die with its run")
+    _wait_until(
+        lambda: not _group_members(step["pgid"]),
+        5,
+        f"the step worker's group {step['pgid']} to die with its run",
+    )
 
     # Nothing is left to finish the work: released now, the output still reads RUNNING.
     open(os.path.join(iris_dir, orphan_location.RELEASE), "w").close()
@@ -133,13 +152,17 @@ def test_kill_9_of_the_run_kills_its_step_workers_and_the_next_run_fails_it(
         assert latest.status == dg.DagsterRunStatus.SUCCESS
         failure = instance.all_logs(first.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)[0]
         assert f"pid {cli.pid}" in failure.message and "gone" in failure.message
-        notes = [e.message for e in instance.all_logs(latest.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+        notes = [
+            e.message
+            for e in instance.all_logs(latest.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+        ]
         assert any(first.run_id in (m or "") for m in notes), notes
 
 
 def _add_started_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> str:
-    run = dg.DagsterRun(job_name="some_job", run_id=str(uuid.uuid4()),
-                        status=dg.DagsterRunStatus.STARTED, tags=tags)
+    run = dg.DagsterRun(
+        job_name="some_job", run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.STARTED, tags=tags
+    )
     instance.add_run(run)
     return run.run_id
 
@@ -152,11 +175,16 @@ def test_sweep_fails_only_runs_whose_process_on_this_host_is_gone(instance):
     my_start = process_start_time(os.getpid())
     dead = _add_started_run(instance, {RUN_PID_TAG: str(finished.pid), RUN_HOST_TAG: host})
     # A live pid that is another process now (the run's pid was reused): also gone.
-    reused = _add_started_run(instance, {RUN_PID_TAG: me, RUN_HOST_TAG: host,
-                                         RUN_PROCESS_START_TAG: str((my_start or 0) + 1)})
-    alive = _add_started_run(instance, {RUN_PID_TAG: me, RUN_HOST_TAG: host,
-                                        RUN_PROCESS_START_TAG: str(my_start)})
-    elsewhere = _add_started_run(instance, {RUN_PID_TAG: str(finished.pid), RUN_HOST_TAG: "other-host"})
+    reused = _add_started_run(
+        instance,
+        {RUN_PID_TAG: me, RUN_HOST_TAG: host, RUN_PROCESS_START_TAG: str((my_start or 0) + 1)},
+    )
+    alive = _add_started_run(
+        instance, {RUN_PID_TAG: me, RUN_HOST_TAG: host, RUN_PROCESS_START_TAG: str(my_start)}
+    )
+    elsewhere = _add_started_run(
+        instance, {RUN_PID_TAG: str(finished.pid), RUN_HOST_TAG: "other-host"}
+    )
     untagged = _add_started_run(instance, {})
 
     assert sorted(fail_orphaned_runs(instance)) == sorted([dead, reused])

@@ -21,22 +21,31 @@ def _run_failure_text(instance, result) -> str:
 
 def test_more_gpus_than_the_inventory_fails_before_launch(instance, iris_dir, tmp_path):
     result = dg.execute_job(
-        dg.reconstructable(jobs.impossible_job), instance=instance,
-        run_config=execution_config(tmp_path), raise_on_error=False,
+        dg.reconstructable(jobs.impossible_job),
+        instance=instance,
+        run_config=execution_config(tmp_path),
+        raise_on_error=False,
     )
     assert not result.success
     text = _run_failure_text(instance, result)
     assert "Iris cannot place this run; nothing was launched" in text
-    assert "step 'two_gpus' asks for gpu:2 (2 GPUs) but the local inventory (configured) has 1" in text
+    assert (
+        "step 'two_gpus' asks for gpu:2 (2 GPUs) but the local inventory (configured) has 1" in text
+    )
     starting = [e for e in result.all_events if e.event_type_value == "STEP_WORKER_STARTING"]
     assert starting == []
-    assert read_records(iris_dir, "cpu_side.start") == [] and read_records(iris_dir, "two_gpus.ran") == []
+    assert (
+        read_records(iris_dir, "cpu_side.start") == []
+        and read_records(iris_dir, "two_gpus.ran") == []
+    )
 
 
 def test_unreadable_resource_tag_fails_before_launch(instance, iris_dir, tmp_path):
     result = dg.execute_job(
-        dg.reconstructable(jobs.bad_tag_job), instance=instance,
-        run_config=execution_config(tmp_path), raise_on_error=False,
+        dg.reconstructable(jobs.bad_tag_job),
+        instance=instance,
+        run_config=execution_config(tmp_path),
+        raise_on_error=False,
     )
     assert not result.success
     text = _run_failure_text(instance, result)
@@ -59,10 +68,15 @@ def test_iris_resource_configures_the_executor():
     executor_def = iris.executor()
     assert executor_def.name == "iris"
     # The configured executor validates against the executor's own schema.
-    defs = dg.Definitions(assets=[jobs.gpu_a], jobs=[dg.define_asset_job("j", selection=["gpu_a"])],
-                          executor=executor_def)
+    defs = dg.Definitions(
+        assets=[jobs.gpu_a],
+        jobs=[dg.define_asset_job("j", selection=["gpu_a"])],
+        executor=executor_def,
+    )
     assert defs.resolve_job_def("j").executor_def.name == "iris"
     with pytest.raises(ResourceConfigError, match="launcher='slurm'"):
         IrisResource(launcher="slurm").executor_config()
     with pytest.raises(ResourceConfigError, match="secret-name:key"):
-        IrisResource(kubernetes=IrisKubernetes(secret_env={"X": "nokey"})).settings().kubernetes.secret_env_vars()
+        IrisResource(
+            kubernetes=IrisKubernetes(secret_env={"X": "nokey"})
+        ).settings().kubernetes.secret_env_vars()

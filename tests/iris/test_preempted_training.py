@@ -31,8 +31,10 @@ def _checkpoint_steps(prefix: str) -> list[int]:
 def _training_step_process() -> psutil.Process | None:
     for proc in psutil.Process().children(recursive=True):
         try:
-            if WORKER_MODULE in " ".join(proc.cmdline()) and \
-                    proc.environ().get("DAGSTER_RUN_STEP_KEY") == STEP_KEY:
+            if (
+                WORKER_MODULE in " ".join(proc.cmdline())
+                and proc.environ().get("DAGSTER_RUN_STEP_KEY") == STEP_KEY
+            ):
                 return proc
         except psutil.Error:
             continue
@@ -50,8 +52,9 @@ def _preempt_after_a_checkpoint(prefix: str, killed: list[int], stop: threading.
         time.sleep(0.1)
 
 
-def test_preempted_training_resumes_from_its_checkpoint(instance, iris_dir, tmp_path, downloads,
-                                                        monkeypatch):
+def test_preempted_training_resumes_from_its_checkpoint(
+    instance, iris_dir, tmp_path, downloads, monkeypatch
+):
     prefix = str(tmp_path / "data")
     monkeypatch.setenv("MARIN_PREFIX", prefix)
     monkeypatch.setenv("MARIN_TEST_DOWNLOADS", downloads)
@@ -61,19 +64,31 @@ def test_preempted_training_resumes_from_its_checkpoint(instance, iris_dir, tmp_
     watcher.start()
     try:
         result = dg.execute_job(
-            dg.reconstructable(train_job.train_job), instance=instance,
-            run_config=execution_config(tmp_path, max_retries_preemption=2), raise_on_error=False)
+            dg.reconstructable(train_job.train_job),
+            instance=instance,
+            run_config=execution_config(tmp_path, max_retries_preemption=2),
+            raise_on_error=False,
+        )
     finally:
         stop.set()
         watcher.join()
     assert killed, "the training step finished before a checkpoint could be preempted"
-    assert result.success, [str(e.event_specific_data) for e in result.all_events
-                            if e.event_type_value == "STEP_FAILURE"]
-    retries = [e for e in result.all_events
-               if e.event_type_value == "STEP_UP_FOR_RETRY" and e.step_key == STEP_KEY]
+    assert result.success, [
+        str(e.event_specific_data)
+        for e in result.all_events
+        if e.event_type_value == "STEP_FAILURE"
+    ]
+    retries = [
+        e
+        for e in result.all_events
+        if e.event_type_value == "STEP_UP_FOR_RETRY" and e.step_key == STEP_KEY
+    ]
     assert len(retries) == 1 and "SIGTERM" in retries[0].event_specific_data.error.message
-    starts = [e for e in result.all_events
-              if e.event_type_value == "STEP_WORKER_STARTING" and e.step_key == STEP_KEY]
+    starts = [
+        e
+        for e in result.all_events
+        if e.event_type_value == "STEP_WORKER_STARTING" and e.step_key == STEP_KEY
+    ]
     pids = [e.event_specific_data.metadata["pid"].value for e in starts]
     assert len(pids) == 2 and pids[0] == str(killed[0]) and pids[1] != pids[0]
 

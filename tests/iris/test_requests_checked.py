@@ -44,8 +44,11 @@ def test_more_cores_than_the_machine_has_runs_with_a_warning_naming_step_request
 ):
     cores = available_cores()
     assert jobs.MANY_CORES > cores
-    result = dg.execute_job(dg.reconstructable(jobs.many_cores_job), instance=instance,
-                            run_config=execution_config(tmp_path))
+    result = dg.execute_job(
+        dg.reconstructable(jobs.many_cores_job),
+        instance=instance,
+        run_config=execution_config(tmp_path),
+    )
     assert result.success
     assert len(read_records(iris_dir, "many_cores.ran")) == 1
 

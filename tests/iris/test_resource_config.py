@@ -82,11 +82,31 @@ def test_bad_strings_say_what_and_where(text, fragments):
 @pytest.mark.parametrize(
     "text, selector, limit, topology",
     [
-        ("gpu:h100x8", {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}, ("nvidia.com/gpu", "8"), None),
+        (
+            "gpu:h100x8",
+            {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+            ("nvidia.com/gpu", "8"),
+            None,
+        ),
         ("gpu:2", {}, ("nvidia.com/gpu", "2"), None),
-        ("tpu:v5e-8", {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice"}, ("google.com/tpu", "8"), "2x4"),
-        ("tpu:v6e-4", {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"}, ("google.com/tpu", "4"), "2x2"),
-        ("tpu:v4-8", {"cloud.google.com/gke-tpu-accelerator": "tpu-v4-podslice"}, ("google.com/tpu", "4"), "2x2x1"),
+        (
+            "tpu:v5e-8",
+            {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice"},
+            ("google.com/tpu", "8"),
+            "2x4",
+        ),
+        (
+            "tpu:v6e-4",
+            {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"},
+            ("google.com/tpu", "4"),
+            "2x2",
+        ),
+        (
+            "tpu:v4-8",
+            {"cloud.google.com/gke-tpu-accelerator": "tpu-v4-podslice"},
+            ("google.com/tpu", "4"),
+            "2x2x1",
+        ),
     ],
 )
 def test_op_tags_carry_k8s_config(text, selector, limit, topology):
@@ -109,12 +129,17 @@ def test_op_tags_carry_k8s_config(text, selector, limit, topology):
 
 
 def test_cpu_and_not_preemptible_k8s_config():
-    config = json.loads(ResourceConfig.parse("cpu:2 preemptible=false").to_op_tags()[K8S_CONFIG_TAG])
+    config = json.loads(
+        ResourceConfig.parse("cpu:2 preemptible=false").to_op_tags()[K8S_CONFIG_TAG]
+    )
     assert config["container_config"]["resources"]["requests"]["cpu"] == "2"
     assert "nvidia.com/gpu" not in config["container_config"]["resources"]["limits"]
     terms = config["pod_spec_config"]["affinity"]["node_affinity"][
-        "required_during_scheduling_ignored_during_execution"]["node_selector_terms"]
-    assert {"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"} in terms[0]["match_expressions"]
+        "required_during_scheduling_ignored_during_execution"
+    ]["node_selector_terms"]
+    assert {"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"} in terms[0][
+        "match_expressions"
+    ]
     assert ResourceConfig.from_op_tags({}) == ResourceConfig()
 
 
@@ -129,8 +154,11 @@ devices = st.one_of(
     st.just(CpuConfig()),
     st.builds(GpuConfig, st.sampled_from(["any", *GPU_TYPES]), st.integers(1, 16)),
     st.builds(
-        lambda gen, chips: TpuConfig(f"{gen}-{chips * TPU_GENERATIONS[gen].cores_per_chip_in_name}"),
-        st.sampled_from(sorted(TPU_GENERATIONS)), st.sampled_from([1, 2, 4, 8, 16, 32]),
+        lambda gen, chips: TpuConfig(
+            f"{gen}-{chips * TPU_GENERATIONS[gen].cores_per_chip_in_name}"
+        ),
+        st.sampled_from(sorted(TPU_GENERATIONS)),
+        st.sampled_from([1, 2, 4, 8, 16, 32]),
     ),
 )
 

@@ -22,7 +22,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_preempted_step_is_retried_and_raising_step_is_not(instance, iris_dir, tmp_path):
     result = dg.execute_job(
-        dg.reconstructable(jobs.retry_job), instance=instance,
+        dg.reconstructable(jobs.retry_job),
+        instance=instance,
         run_config=execution_config(tmp_path, max_retries_preemption=1, max_concurrent=3),
         raise_on_error=False,
     )
@@ -77,12 +78,16 @@ def _alive(pid: int) -> bool:
 def test_terminating_a_run_leaves_no_step_process(instance, iris_dir, tmp_path):
     config = execution_config(tmp_path)
     runner = subprocess.Popen(
-        [sys.executable, "-c", RUNNER.format(config=config)], cwd=REPO, start_new_session=True,
+        [sys.executable, "-c", RUNNER.format(config=config)],
+        cwd=REPO,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline:
-            records = read_records(iris_dir, "long_cpu.pids") + read_records(iris_dir, "long_gpu.pids")
+            records = read_records(iris_dir, "long_cpu.pids") + read_records(
+                iris_dir, "long_gpu.pids"
+            )
             if len(records) == 2:
                 break
             assert runner.poll() is None, "the run ended before its steps started"
@@ -106,7 +111,9 @@ def test_terminating_a_run_leaves_no_step_process(instance, iris_dir, tmp_path):
     messages = [e.message or "" for e in events]
     assert any("Executor received termination signal" in m for m in messages)
     assert sum("Iris stopped step" in m for m in messages) == 2
-    assert not any(e.dagster_event and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY" for e in events)
+    assert not any(
+        e.dagster_event and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY" for e in events
+    )
     # The lease died with its holder: the device can be leased again.
     assert os.listdir(tmp_path / "leases") == ["gpu-0.lock"]
     leases = DeviceLeases(LocalInventory.from_config(gpus=["0"]), str(tmp_path / "leases"))

@@ -16,8 +16,17 @@ from marin_dagster.tokenize.cache import (
 EOS = 0
 
 
-def write_cache(path: str, vocab_size: int, num_tokens: int, *, seed: int = 0, shards: int = 2,
-                validation_tokens: int = 0, bytes_per_token: float = 3.5, period: int = 0) -> str:
+def write_cache(
+    path: str,
+    vocab_size: int,
+    num_tokens: int,
+    *,
+    seed: int = 0,
+    shards: int = 2,
+    validation_tokens: int = 0,
+    bytes_per_token: float = 3.5,
+    period: int = 0,
+) -> str:
     """A cache of random documents (EOS-terminated) in `shards` shards per split.
 
     `period` > 0 makes the text a repeating pattern (learnable); 0 is uniform noise.

@@ -14,8 +14,15 @@ from marin_dagster.levanter.attention import causal_attention, cudnn_applies, re
 from marin_dagster.levanter.model import forward, init_params
 
 # Grouped-query (8 query heads over 2 kv heads), a sequence long enough for real masking.
-CONFIG = LlamaConfig(seq_len=64, hidden_dim=64, intermediate_dim=128, num_heads=8, num_kv_heads=2,
-                     num_layers=3, vocab_size=97)
+CONFIG = LlamaConfig(
+    seq_len=64,
+    hidden_dim=64,
+    intermediate_dim=128,
+    num_heads=8,
+    num_kv_heads=2,
+    num_layers=3,
+    vocab_size=97,
+)
 
 
 @pytest.mark.parametrize("kv_heads", [2, 8])
@@ -24,8 +31,12 @@ def test_model_logits_match_the_reference_attention_in_float32(kv_heads: int) ->
     params = init_params(config, jax.random.PRNGKey(0))
     # Larger weights than the init's 0.02 so attention is far from uniform and a wrong mask shows.
     params = jax.tree.map(lambda x: x * 10 if x.ndim == 3 else x, params)
-    tokens = jnp.asarray(np.random.default_rng(1).integers(0, config.vocab_size, (3, 64)), jnp.int32)
-    new = forward(params, tokens, config)  # the CPU path: "auto" is XLA's dot_product_attention here
+    tokens = jnp.asarray(
+        np.random.default_rng(1).integers(0, config.vocab_size, (3, 64)), jnp.int32
+    )
+    new = forward(
+        params, tokens, config
+    )  # the CPU path: "auto" is XLA's dot_product_attention here
     old = forward(params, tokens, config, attention_impl="reference")
     assert float(jnp.max(jnp.abs(new - old))) <= 1e-5
     assert float(jnp.std(old)) > 0.1  # the comparison is not between near-constant logits
@@ -50,7 +61,10 @@ def test_attention_is_causal_and_grouped() -> None:
 
 def test_gradients_match_the_reference() -> None:
     rng = np.random.default_rng(3)
-    q, k, v = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 12, 4, 8), (2, 12, 2, 8), (2, 12, 2, 8)))
+    q, k, v = (
+        jnp.asarray(rng.normal(size=s), jnp.float32)
+        for s in ((2, 12, 4, 8), (2, 12, 2, 8), (2, 12, 2, 8))
+    )
     grads = jax.grad(lambda *a: jnp.sum(jnp.sin(causal_attention(*a))), argnums=(0, 1, 2))(q, k, v)
     ref = jax.grad(lambda *a: jnp.sum(jnp.sin(reference_attention(*a))), argnums=(0, 1, 2))(q, k, v)
     for g, r in zip(grads, ref, strict=True):

@@ -80,12 +80,16 @@ def test_block_counts_give_every_dataset_a_share() -> None:
 
 @pytest.mark.parametrize("weight", [0.0, -1.0, float("nan")])
 def test_non_positive_weight_names_the_dataset(caches: dict[str, str], weight: float) -> None:
-    with pytest.raises(TrainInputError, match=r"datasets\[.*b'\]: mixture weight must be a positive"):
+    with pytest.raises(
+        TrainInputError, match=r"datasets\[.*b'\]: mixture weight must be a positive"
+    ):
         MixtureDataset({caches["a"]: 1.0, caches["b"]: weight}, SEQ)
 
 
 def test_empty_or_missing_dataset_is_named(caches: dict[str, str], tmp_path) -> None:
-    with pytest.raises(TrainInputError, match=r"datasets\[.*tiny'\].*fewer than one sequence of seq_len=16"):
+    with pytest.raises(
+        TrainInputError, match=r"datasets\[.*tiny'\].*fewer than one sequence of seq_len=16"
+    ):
         MixtureDataset({caches["tiny"]: 1.0}, SEQ)
     with pytest.raises(TrainInputError, match=r"datasets\[.*nowhere'\]: cannot open token cache"):
         MixtureDataset({str(tmp_path / "nowhere"): 1.0}, SEQ)

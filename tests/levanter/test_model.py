@@ -12,19 +12,40 @@ import pytest
 from marin_dagster.levanter import LlamaConfig, llama_150m, llama_nano, llama_small_shakespeare
 from marin_dagster.levanter.model import apply_rope, forward, init_params, loss_fn, rope_tables
 
-TINY = LlamaConfig(seq_len=16, hidden_dim=16, intermediate_dim=32, num_heads=4, num_kv_heads=2,
-                   num_layers=2, vocab_size=40)
+TINY = LlamaConfig(
+    seq_len=16,
+    hidden_dim=16,
+    intermediate_dim=32,
+    num_heads=4,
+    num_kv_heads=2,
+    num_layers=2,
+    vocab_size=40,
+)
 
 
 def _tokens(b: int = 2, t: int = 12, seed: int = 0) -> jnp.ndarray:
-    return jnp.asarray(np.random.default_rng(seed).integers(0, TINY.vocab_size, size=(b, t)), jnp.int32)
+    return jnp.asarray(
+        np.random.default_rng(seed).integers(0, TINY.vocab_size, size=(b, t)), jnp.int32
+    )
 
 
 def test_named_configs_have_marins_sizes() -> None:
-    assert (llama_nano.seq_len, llama_nano.hidden_dim, llama_nano.intermediate_dim, llama_nano.num_heads,
-            llama_nano.num_kv_heads, llama_nano.num_layers) == (512, 32, 128, 2, 2, 2)
-    assert (llama_150m.seq_len, llama_150m.hidden_dim, llama_150m.intermediate_dim, llama_150m.num_heads,
-            llama_150m.num_kv_heads, llama_150m.num_layers) == (1024, 512, 1792, 8, 8, 6)
+    assert (
+        llama_nano.seq_len,
+        llama_nano.hidden_dim,
+        llama_nano.intermediate_dim,
+        llama_nano.num_heads,
+        llama_nano.num_kv_heads,
+        llama_nano.num_layers,
+    ) == (512, 32, 128, 2, 2, 2)
+    assert (
+        llama_150m.seq_len,
+        llama_150m.hidden_dim,
+        llama_150m.intermediate_dim,
+        llama_150m.num_heads,
+        llama_150m.num_kv_heads,
+        llama_150m.num_layers,
+    ) == (1024, 512, 1792, 8, 8, 6)
     n = llama_small_shakespeare.with_vocab(8192).num_parameters()
     assert 10e6 <= n <= 20e6, n
 
@@ -59,11 +80,14 @@ def test_gqa_equals_multi_head_attention_with_repeated_kv_heads() -> None:
     for name in ("k_proj", "v_proj"):
         w = params["layers"][name]  # (L, D, kv*hd)
         w = w.reshape(w.shape[0], w.shape[1], gqa.num_kv_heads, 1, hd)
-        expanded[name] = jnp.broadcast_to(w, (*w.shape[:3], groups, hd)).reshape(w.shape[0], w.shape[1], -1)
+        expanded[name] = jnp.broadcast_to(w, (*w.shape[:3], groups, hd)).reshape(
+            w.shape[0], w.shape[1], -1
+        )
     mha_params = {**params, "layers": expanded}
     tokens = _tokens(seed=3)
-    np.testing.assert_allclose(forward(params, tokens, gqa), forward(mha_params, tokens, mha),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        forward(params, tokens, gqa), forward(mha_params, tokens, mha), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_rope_scores_depend_only_on_relative_position() -> None:
@@ -92,11 +116,14 @@ def test_bfloat16_compute_is_close_to_float32() -> None:
     assert abs(full - np.log(TINY.vocab_size)) < 0.5
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("num_kv_heads", 3, "num_kv_heads"),
-    ("hidden_dim", 18, "hidden_dim"),
-    ("num_layers", 0, "num_layers"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("num_kv_heads", 3, "num_kv_heads"),
+        ("hidden_dim", 18, "hidden_dim"),
+        ("num_layers", 0, "num_layers"),
+    ],
+)
 def test_bad_model_config_names_the_field(field: str, value: int, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(TINY, **{field: value})

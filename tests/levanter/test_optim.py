@@ -15,8 +15,18 @@ from marin_dagster.levanter.optim import weight_decay_mask
 
 def test_levanter_defaults() -> None:
     c = AdamConfig()
-    assert (c.learning_rate, c.weight_decay, c.min_lr_ratio, c.warmup, c.decay, c.lr_schedule, c.beta1,
-            c.beta2, c.epsilon, c.max_grad_norm) == (6e-4, 0.1, 0.1, 0.01, None, "cosine", 0.9, 0.95, 1e-8, 1.0)
+    assert (
+        c.learning_rate,
+        c.weight_decay,
+        c.min_lr_ratio,
+        c.warmup,
+        c.decay,
+        c.lr_schedule,
+        c.beta1,
+        c.beta2,
+        c.epsilon,
+        c.max_grad_norm,
+    ) == (6e-4, 0.1, 0.1, 0.01, None, "cosine", 0.9, 0.95, 1e-8, 1.0)
 
 
 def _lr(config: AdamConfig, steps: int) -> np.ndarray:
@@ -46,19 +56,33 @@ def test_decay_reaches_min_lr(kind: str) -> None:
 def test_constant_and_stable_phase_before_decay() -> None:
     assert set(_lr(AdamConfig(learning_rate=1.0, warmup=0, lr_schedule="constant"), 20)) == {1.0}
     # decay=0.2: the last 20% decays; between warmup and decay the rate is flat.
-    lr = _lr(AdamConfig(learning_rate=1.0, warmup=0.1, decay=0.2, lr_schedule="linear", min_lr_ratio=0.0), 100)
+    lr = _lr(
+        AdamConfig(
+            learning_rate=1.0, warmup=0.1, decay=0.2, lr_schedule="linear", min_lr_ratio=0.0
+        ),
+        100,
+    )
     assert np.all(lr[10:81] == pytest.approx(1.0))
     assert lr[90] == pytest.approx(0.5, rel=1e-5) and lr[100] == pytest.approx(0.0, abs=1e-7)
 
 
 def test_inv_sqrt() -> None:
-    lr = _lr(AdamConfig(learning_rate=1.0, warmup=0, lr_schedule="inv_sqrt", min_lr_ratio=0.0), 40000)
+    lr = _lr(
+        AdamConfig(learning_rate=1.0, warmup=0, lr_schedule="inv_sqrt", min_lr_ratio=0.0), 40000
+    )
     assert lr[10000] == pytest.approx(1.0) and lr[40000] == pytest.approx(0.5, rel=1e-4)
 
 
 def test_weight_decay_skips_norms_and_embeddings() -> None:
-    config = LlamaConfig(seq_len=8, hidden_dim=8, intermediate_dim=16, num_heads=2, num_kv_heads=2,
-                         num_layers=1, vocab_size=11)
+    config = LlamaConfig(
+        seq_len=8,
+        hidden_dim=8,
+        intermediate_dim=16,
+        num_heads=2,
+        num_kv_heads=2,
+        num_layers=1,
+        vocab_size=11,
+    )
     params = init_params(config, jax.random.PRNGKey(0))
     mask = weight_decay_mask(params)
     assert mask["token_embedding"] is False and mask["final_norm"] is False
@@ -67,10 +91,14 @@ def test_weight_decay_skips_norms_and_embeddings() -> None:
     # With zero gradients only decayed leaves move.
     tx = AdamConfig(learning_rate=0.1, weight_decay=0.5, warmup=0, lr_schedule="constant").build(10)
     zeros = jax.tree.map(np.zeros_like, params)
-    new = jax.jit(lambda p, g: optax.apply_updates(p, tx.update(g, tx.init(p), p)[0]))(params, zeros)
+    new = jax.jit(lambda p, g: optax.apply_updates(p, tx.update(g, tx.init(p), p)[0]))(
+        params, zeros
+    )
     assert np.array_equal(new["token_embedding"], params["token_embedding"])
     assert np.array_equal(new["final_norm"], params["final_norm"])
-    np.testing.assert_allclose(new["layers"]["q_proj"], params["layers"]["q_proj"] * (1 - 0.05), rtol=1e-6)
+    np.testing.assert_allclose(
+        new["layers"]["q_proj"], params["layers"]["q_proj"] * (1 - 0.05), rtol=1e-6
+    )
 
 
 def test_bad_schedule_names_the_field() -> None:

@@ -12,15 +12,24 @@ from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainerSettings, Tra
 from marin_dagster.levanter.model import REMAT_POLICIES, init_params, loss_fn
 from tests.levanter.caches import write_cache
 
-CONFIG = LlamaConfig(seq_len=32, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2,
-                     num_layers=3, vocab_size=50)
+CONFIG = LlamaConfig(
+    seq_len=32,
+    hidden_dim=32,
+    intermediate_dim=64,
+    num_heads=4,
+    num_kv_heads=2,
+    num_layers=3,
+    vocab_size=50,
+)
 
 
 @pytest.mark.parametrize("remat", ["block", "dots"])
 def test_remat_gives_the_same_loss_and_gradients(remat: str) -> None:
     params = init_params(CONFIG, jax.random.PRNGKey(0))
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 50, (4, 32)), jnp.int32)
-    grad = jax.jit(jax.value_and_grad(loss_fn, argnums=0), static_argnums=(2,), static_argnames=("remat",))
+    grad = jax.jit(
+        jax.value_and_grad(loss_fn, argnums=0), static_argnums=(2,), static_argnames=("remat",)
+    )
     loss, grads = grad(params, tokens, CONFIG, remat="none")
     loss_r, grads_r = grad(params, tokens, CONFIG, remat=remat)
     assert float(loss_r) == pytest.approx(float(loss), rel=1e-6)
@@ -43,9 +52,17 @@ def test_trainer_runs_with_each_remat_setting(tmp_path) -> None:
     data = write_cache(str(tmp_path / "cache"), 50, 20_000, period=5)
     losses = {}
     for remat in REMAT_POLICIES:
-        config = TrainLmConfig(model=CONFIG, datasets={data: 1.0}, optimizer=AdamConfig(learning_rate=3e-3, warmup=2),
-                               batch_size=4, num_train_steps=4, validation={})
-        result = train(config, str(tmp_path / remat), settings=TrainerSettings(remat=remat, sample_tokens=0))
+        config = TrainLmConfig(
+            model=CONFIG,
+            datasets={data: 1.0},
+            optimizer=AdamConfig(learning_rate=3e-3, warmup=2),
+            batch_size=4,
+            num_train_steps=4,
+            validation={},
+        )
+        result = train(
+            config, str(tmp_path / remat), settings=TrainerSettings(remat=remat, sample_tokens=0)
+        )
         losses[remat] = result.final_train_loss
     assert losses["block"] == pytest.approx(losses["none"], rel=1e-5)
     assert losses["dots"] == pytest.approx(losses["none"], rel=1e-5)

@@ -20,9 +20,15 @@ STEPS = 30
 
 
 def _run(spec: dict, env: dict[str, str], **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.levanter.train_job", json.dumps(spec)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.levanter.train_job", json.dumps(spec)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
 
 
 def _finish(proc: subprocess.Popen) -> dict:
@@ -41,13 +47,22 @@ def _finished_steps(out: str) -> list[int]:
 def test_sigkill_then_rerun_matches_an_uninterrupted_run(tmp_path) -> None:
     data = write_cache(str(tmp_path / "cache"), VOCAB, 8000, period=5)
     other = write_cache(str(tmp_path / "noise"), VOCAB, 4000, seed=3)
-    base = {"datasets": {data: 1.0, other: 0.5}, "steps": STEPS, "vocab": VOCAB, "checkpoint_every_steps": 4}
+    base = {
+        "datasets": {data: 1.0, other: 0.5},
+        "steps": STEPS,
+        "vocab": VOCAB,
+        "checkpoint_every_steps": 4,
+    }
     # Three processes compile the same step function: share XLA's compilation cache.
-    env = subprocess_env(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax-cache"),
-                         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                         JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    env = subprocess_env(
+        JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax-cache"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+    )
 
-    whole = _finish(_run({**base, "runs": [{"output": str(tmp_path / "whole")}], "log_every": 10}, env))
+    whole = _finish(
+        _run({**base, "runs": [{"output": str(tmp_path / "whole")}], "log_every": 10}, env)
+    )
 
     killed_out = str(tmp_path / "killed")
     proc = _run({**base, "runs": [{"output": killed_out}], "sleep_per_step": 0.15}, env)
@@ -60,7 +75,9 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(tmp_path) -> None:
     proc.wait()
     at_kill = _finished_steps(killed_out)
     assert proc.returncode == -signal.SIGKILL
-    assert max(at_kill) < STEPS and not os.path.exists(os.path.join(killed_out, "train_result.json"))
+    assert max(at_kill) < STEPS and not os.path.exists(
+        os.path.join(killed_out, "train_result.json")
+    )
 
     resumed = _finish(_run({**base, "runs": [{"output": killed_out}], "log_every": 10}, env))
     assert resumed["result"]["resumed_from_step"] >= max(at_kill)

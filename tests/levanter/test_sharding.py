@@ -18,13 +18,26 @@ VOCAB = 50
 @pytest.mark.slow
 def test_four_devices_match_one(tmp_path) -> None:
     data = write_cache(str(tmp_path / "cache"), VOCAB, 6000, period=5)
-    spec = {"datasets": {data: 1.0}, "steps": 8, "vocab": VOCAB, "checkpoint_every_steps": 8, "log_every": 8,
-            "runs": [{"output": str(tmp_path / "one"), "num_devices": 1},
-                     {"output": str(tmp_path / "dp"), "parallelism": "data_parallel"},
-                     {"output": str(tmp_path / "fsdp"), "parallelism": "fsdp"}]}
+    spec = {
+        "datasets": {data: 1.0},
+        "steps": 8,
+        "vocab": VOCAB,
+        "checkpoint_every_steps": 8,
+        "log_every": 8,
+        "runs": [
+            {"output": str(tmp_path / "one"), "num_devices": 1},
+            {"output": str(tmp_path / "dp"), "parallelism": "data_parallel"},
+            {"output": str(tmp_path / "fsdp"), "parallelism": "fsdp"},
+        ],
+    }
     env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    proc = subprocess.run([sys.executable, "-m", "tests.levanter.train_job", json.dumps(spec)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.levanter.train_job", json.dumps(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     one, dp, fsdp = (json.loads(line) for line in proc.stdout.strip().splitlines()[-3:])
     assert one["devices"] == 4

@@ -85,7 +85,11 @@ def test_every_setting_reaches_the_executor_from_the_resource_and_from_run_confi
 
 def test_defaults_agree():
     processed = process_config(Shape(IRIS_EXECUTOR_CONFIG_SCHEMA), {})
-    assert settings_from_executor_config(processed.value) == IrisResource().settings() == IrisSettings()
+    assert (
+        settings_from_executor_config(processed.value)
+        == IrisResource().settings()
+        == IrisSettings()
+    )
 
 
 def test_an_unknown_setting_is_named():

@@ -14,10 +14,22 @@ from resources.levanter import LevanterResource, format_metrics
 
 
 def test_settings_come_from_the_resource_fields() -> None:
-    values = dict(compute_dtype="bfloat16", parallelism="fsdp", remat="block", num_devices=2,
-                  checkpoint_every_steps=50, checkpoint_every_minutes=None, keep=3, log_every=5,
-                  peak_flops_per_device=1e12, sample_tokens=3, sample_temperature=0.0)
-    assert set(values) == {f.name for f in dataclasses.fields(TrainerSettings)}, "a setting is untested"
+    values = dict(
+        compute_dtype="bfloat16",
+        parallelism="fsdp",
+        remat="block",
+        num_devices=2,
+        checkpoint_every_steps=50,
+        checkpoint_every_minutes=None,
+        keep=3,
+        log_every=5,
+        peak_flops_per_device=1e12,
+        sample_tokens=3,
+        sample_temperature=0.0,
+    )
+    assert set(values) == {f.name for f in dataclasses.fields(TrainerSettings)}, (
+        "a setting is untested"
+    )
     assert LevanterResource(**values).settings() == TrainerSettings(**values)
     assert LevanterResource().settings() == TrainerSettings()
 
@@ -31,18 +43,30 @@ def test_bad_compute_dtype_is_refused_by_dagster_config() -> None:
     def job() -> None:
         uses()
 
-    ok = job.execute_in_process(run_config={"resources": {"levanter": {"config": {"compute_dtype": "bfloat16"}}}})
+    ok = job.execute_in_process(
+        run_config={"resources": {"levanter": {"config": {"compute_dtype": "bfloat16"}}}}
+    )
     assert ok.output_for_node("uses") == "bfloat16"
     with pytest.raises(dg.DagsterInvalidConfigError, match="compute_dtype"):
-        job.execute_in_process(run_config={"resources": {"levanter": {"config": {"compute_dtype": "float8"}}}})
+        job.execute_in_process(
+            run_config={"resources": {"levanter": {"config": {"compute_dtype": "float8"}}}}
+        )
 
 
 def test_metrics_logger_writes_rows(caplog: pytest.LogCaptureFixture) -> None:
     logger = logging.getLogger("tests.levanter.resource")
     on_metrics = LevanterResource().metrics_logger(logger)
     with caplog.at_level(logging.INFO, logger="tests.levanter.resource"):
-        on_metrics({"step": 10, "loss": 2.5, "learning_rate": 1e-3, "grad_norm": 0.5,
-                    "tokens_per_second": 1234.0, "mfu": 0.0123})
+        on_metrics(
+            {
+                "step": 10,
+                "loss": 2.5,
+                "learning_rate": 1e-3,
+                "grad_norm": 0.5,
+                "tokens_per_second": 1234.0,
+                "mfu": 0.0123,
+            }
+        )
         on_metrics({"step": 10, "eval/val/loss": 2.25})
     assert caplog.messages == [
         "step 10 loss 2.5000 learning_rate 0.001 grad_norm 0.500 tokens_per_second 1234 mfu 1.23%",

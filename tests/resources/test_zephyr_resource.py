@@ -20,15 +20,23 @@ def test_resource_from_asset(tmp_path) -> None:
     out = tmp_path / "out"
 
     @dg.asset
-    def long_lines(context: dg.AssetExecutionContext, zephyr: ZephyrResource) -> dg.MaterializeResult:
-        ds = (Dataset.from_files(str(src)).load_jsonl().reshard(2).filter(_keep_long)
-              .write_jsonl(str(out / "part-{shard:05d}.jsonl")))
+    def long_lines(
+        context: dg.AssetExecutionContext, zephyr: ZephyrResource
+    ) -> dg.MaterializeResult:
+        ds = (
+            Dataset.from_files(str(src))
+            .load_jsonl()
+            .reshard(2)
+            .filter(_keep_long)
+            .write_jsonl(str(out / "part-{shard:05d}.jsonl"))
+        )
         result = zephyr.execute(ds, context=context)
         return dg.MaterializeResult(metadata=zephyr_metadata(result))
 
     instance = dg.DagsterInstance.ephemeral()
-    res = dg.materialize([long_lines], resources={"zephyr": ZephyrResource(max_workers=2)},
-                         instance=instance)
+    res = dg.materialize(
+        [long_lines], resources={"zephyr": ZephyrResource(max_workers=2)}, instance=instance
+    )
     assert res.success
     meta = res.asset_materializations_for_node("long_lines")[0].metadata
     assert meta["zephyr/records_in"].value == 10

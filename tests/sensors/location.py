@@ -18,7 +18,9 @@ experiment = Experiment("inbox", leaves=[corpus], description="Text files droppe
 sensor = watched_folder_sensor(inbox, experiment, minimum_interval_seconds=1, settle_s=0.5)
 
 defs = dg.Definitions(
-    assets=[a.with_attributes(group_names_by_key={a.key: experiment.name}) for a in experiment.assets()],
+    assets=[
+        a.with_attributes(group_names_by_key={a.key: experiment.name}) for a in experiment.assets()
+    ],
     jobs=[experiment.job()],
     sensors=[sensor],
     resources=local_resources(),

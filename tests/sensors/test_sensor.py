@@ -39,14 +39,18 @@ def instance(tmp_path_factory) -> Iterator[dg.DagsterInstance]:
 class Ticker:
     """Evaluates a sensor like the daemon does: the cursor carries over between ticks."""
 
-    def __init__(self, sensor: dg.SensorDefinition, defs: dg.Definitions, instance: dg.DagsterInstance):
+    def __init__(
+        self, sensor: dg.SensorDefinition, defs: dg.Definitions, instance: dg.DagsterInstance
+    ):
         self.sensor, self.defs, self.instance = sensor, defs, instance
         self.cursor: str | None = None
         self.requests: list[dg.RunRequest] = []
         self.results: list[Any] = []
 
     def tick(self) -> Any:
-        context = dg.build_sensor_context(instance=self.instance, cursor=self.cursor, definitions=self.defs)
+        context = dg.build_sensor_context(
+            instance=self.instance, cursor=self.cursor, definitions=self.defs
+        )
         result = self.sensor(context)
         self.cursor = result.cursor
         self.requests.extend(result.run_requests or [])
@@ -73,8 +77,12 @@ def build(folder: str, prefix: str, watch: bool = True, leaves: Any = None):
     corpus = folder_corpus("raw/inbox_corpus", source=inbox)
     experiment = Experiment("inbox", leaves=leaves(corpus) if leaves else [corpus])
     sensor = watched_folder_sensor(inbox, experiment, settle_s=SETTLE_S, watch=watch)
-    defs = dg.Definitions(assets=experiment.assets(), jobs=[experiment.job()], sensors=[sensor],
-                          resources=local_resources(prefix))
+    defs = dg.Definitions(
+        assets=experiment.assets(),
+        jobs=[experiment.job()],
+        sensors=[sensor],
+        resources=local_resources(prefix),
+    )
     return inbox, corpus, experiment, sensor, defs
 
 
@@ -190,16 +198,24 @@ def _gated(corpus: dg.AssetsDefinition, gate: str) -> list[dg.AssetsDefinition]:
             time.sleep(0.05)
         return {}
 
-    return [versioned_asset(name="checks/inbox_gate", kind="gate", config=GateConfig(gate=gate),
-                            run=run, upstream={"corpus": corpus})]
+    return [
+        versioned_asset(
+            name="checks/inbox_gate",
+            kind="gate",
+            config=GateConfig(gate=gate),
+            run=run,
+            upstream={"corpus": corpus},
+        )
+    ]
 
 
 def test_a_change_during_a_running_run_gives_a_later_run(tmp_path, instance):
     folder = str(tmp_path / "inbox")
     gate = str(tmp_path / "gate")
     write(os.path.join(folder, "a.txt"), "one")
-    _, corpus, experiment, sensor, defs = build(folder, str(tmp_path / "data"), watch=False,
-                                                leaves=lambda c: _gated(c, gate))
+    _, corpus, experiment, sensor, defs = build(
+        folder, str(tmp_path / "data"), watch=False, leaves=lambda c: _gated(c, gate)
+    )
     ticker = Ticker(sensor, defs, instance)
     first = baseline(ticker)
     assert len(first.asset_selection) == 2
@@ -209,7 +225,8 @@ def test_a_change_during_a_running_run_gives_a_later_run(tmp_path, instance):
 
     def execute() -> None:
         outcome["result"] = job.execute_in_process(
-            instance=instance, asset_selection=first.asset_selection, tags=first.tags)
+            instance=instance, asset_selection=first.asset_selection, tags=first.tags
+        )
 
     runner = threading.Thread(target=execute)
     runner.start()

@@ -54,15 +54,19 @@ def shakespeare_records(shakespeare_docs: list[dict]) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def shakespeare_shards(tmp_path_factory: pytest.TempPathFactory,
-                       shakespeare_records: list[dict]) -> list[str]:
+def shakespeare_shards(
+    tmp_path_factory: pytest.TempPathFactory, shakespeare_records: list[dict]
+) -> list[str]:
     """The records in NUM_SHARDS contiguous .jsonl.gz shards (input order = record order)."""
     root = tmp_path_factory.mktemp("shards")
     n = len(shakespeare_records)
     bounds = [round(i * n / NUM_SHARDS) for i in range(NUM_SHARDS + 1)]
-    return [write_jsonl_gz(str(root / f"part-{i:05d}.jsonl.gz"),
-                           shakespeare_records[bounds[i]:bounds[i + 1]])
-            for i in range(NUM_SHARDS)]
+    return [
+        write_jsonl_gz(
+            str(root / f"part-{i:05d}.jsonl.gz"), shakespeare_records[bounds[i] : bounds[i + 1]]
+        )
+        for i in range(NUM_SHARDS)
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +75,7 @@ def bpe_dir(tmp_path_factory: pytest.TempPathFactory, shakespeare_docs: list[dic
     from marin_dagster.tokenize.tokenizer import train_tokenizer
 
     out = str(tmp_path_factory.mktemp("tokenizer") / "bpe")
-    train_tokenizer((d["text"] for d in shakespeare_docs[: NUM_DOCS // 2]), out,
-                    vocab_size=VOCAB_SIZE)
+    train_tokenizer(
+        (d["text"] for d in shakespeare_docs[: NUM_DOCS // 2]), out, vocab_size=VOCAB_SIZE
+    )
     return out

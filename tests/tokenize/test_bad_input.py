@@ -36,15 +36,20 @@ def _write(path, data: bytes) -> str:
 
 
 def test_tokenizer_trains_on_a_zst_file(tmp_path) -> None:
-    path = _write(tmp_path / "in" / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl(RECORDS)))
+    path = _write(
+        tmp_path / "in" / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl(RECORDS))
+    )
     assert list(iter_texts([path])) == [r["text"] for r in RECORDS]
-    out = train_tokenizer_from_files([path], str(tmp_path / "tok"), vocab_size=300,
-                                     held_out_fraction=0.0)
+    out = train_tokenizer_from_files(
+        [path], str(tmp_path / "tok"), vocab_size=300, held_out_fraction=0.0
+    )
     assert out.config["num_records"] == len(RECORDS)
 
 
 def test_token_cache_of_a_zst_file(tmp_path, bpe_dir) -> None:
-    path = _write(tmp_path / "in" / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl(RECORDS)))
+    path = _write(
+        tmp_path / "in" / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl(RECORDS))
+    )
     stats = build_token_cache([path], bpe_dir, str(tmp_path / "c"), backend="inline")
     assert stats.num_records == len(RECORDS)
     assert TokenCache.open(str(tmp_path / "c")).num_docs == len(RECORDS)
@@ -53,7 +58,9 @@ def test_token_cache_of_a_zst_file(tmp_path, bpe_dir) -> None:
 @pytest.mark.parametrize("suffix", [".jsonl.zst", ".jsonl.gz"])
 def test_truncated_file_is_refused_naming_it(tmp_path, suffix) -> None:
     raw = _jsonl(RECORDS)
-    data = zstandard.ZstdCompressor().compress(raw) if suffix.endswith("zst") else gzip.compress(raw)
+    data = (
+        zstandard.ZstdCompressor().compress(raw) if suffix.endswith("zst") else gzip.compress(raw)
+    )
     path = _write(tmp_path / "in" / f"cut{suffix}", data[: len(data) - 5])
     counts = RecordCounts()
     with pytest.raises(InputError, match="cut" + suffix.replace(".", r"\.")):
@@ -63,12 +70,15 @@ def test_truncated_file_is_refused_naming_it(tmp_path, suffix) -> None:
 
 
 def test_truncated_shard_fails_the_token_cache(tmp_path, bpe_dir) -> None:
-    good = _write(tmp_path / "in" / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl(RECORDS)))
+    good = _write(
+        tmp_path / "in" / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl(RECORDS))
+    )
     data = zstandard.ZstdCompressor().compress(_jsonl(RECORDS))
     bad = _write(tmp_path / "in" / "b.jsonl.zst", data[: len(data) // 2])
     with pytest.raises(InputError) as err:  # itself, not wrapped in the engine's shard failure
-        build_token_cache([good, bad], bpe_dir, str(tmp_path / "c"), backend="inline",
-                          skip_bad_records=True)
+        build_token_cache(
+            [good, bad], bpe_dir, str(tmp_path / "c"), backend="inline", skip_bad_records=True
+        )
     assert bad in str(err.value) and "truncated" in str(err.value)
 
 

@@ -52,8 +52,11 @@ def test_round_trip_every_document(tmp_path, shakespeare_shards, shakespeare_rec
     assert cache.num_shards == len(shakespeare_shards) == stats.shards_total
     assert cache.eos_id == tok.token_to_id("<|endoftext|>") and cache.dtype == np.uint16
     num_bytes = sum(len(r["text"].encode()) for r in shakespeare_records)
-    expected = {"num_tokens": cache.num_tokens, "num_docs": len(shakespeare_records),
-                "num_bytes": num_bytes}
+    expected = {
+        "num_tokens": cache.num_tokens,
+        "num_docs": len(shakespeare_records),
+        "num_bytes": num_bytes,
+    }
     assert json.loads((tmp_path / "cache" / ".stats.json").read_text()) == {"train": expected}
     assert stats.splits == {"train": {**expected, "num_shards": len(shakespeare_shards)}}
     assert stats.shards_processed == len(shakespeare_shards) and stats.num_bad == 0
@@ -65,8 +68,11 @@ def test_round_trip_every_document(tmp_path, shakespeare_shards, shakespeare_rec
     np.testing.assert_array_equal(np.bincount(seqs.ravel(), minlength=1024), counts)
 
     summary = summarize_cache(str(tmp_path / "cache"), bpe_dir, n_samples=3, max_chars=50)
-    assert (summary["num_tokens"], summary["num_docs"], summary["num_bytes"]) == \
-        (cache.num_tokens, len(shakespeare_records), num_bytes)
+    assert (summary["num_tokens"], summary["num_docs"], summary["num_bytes"]) == (
+        cache.num_tokens,
+        len(shakespeare_records),
+        num_bytes,
+    )
     assert summary["bytes_per_token"] == pytest.approx(num_bytes / cache.num_tokens)
     samples = summary["splits"]["train"]["samples"]
     picks = [0, (len(shakespeare_records) - 1) // 2, len(shakespeare_records) - 1]
@@ -81,10 +87,12 @@ def test_round_trip_every_document(tmp_path, shakespeare_shards, shakespeare_rec
 
 def test_byte_identical_for_one_and_two_workers(tmp_path, shakespeare_shards, bpe_dir):
     kw = dict(validation_fraction=0.2, sample_count=150)
-    one = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "w1"), max_workers=1,
-                            backend="local", **kw)
-    two = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "w2"), max_workers=2,
-                            backend="local", **kw)
+    one = build_token_cache(
+        shakespeare_shards, bpe_dir, str(tmp_path / "w1"), max_workers=1, backend="local", **kw
+    )
+    two = build_token_cache(
+        shakespeare_shards, bpe_dir, str(tmp_path / "w2"), max_workers=2, backend="local", **kw
+    )
     a, b = tree_bytes(str(tmp_path / "w1")), tree_bytes(str(tmp_path / "w2"))
     assert sorted(a) == sorted(b)
     assert "train/part-00003/input_ids.npy" in a and "validation/shard_ledger.json" in a
@@ -93,15 +101,21 @@ def test_byte_identical_for_one_and_two_workers(tmp_path, shakespeare_shards, bp
     assert one.splits == two.splits
 
 
-def test_sample_count_takes_the_first_documents(tmp_path, shakespeare_shards,
-                                                shakespeare_records, bpe_dir):
+def test_sample_count_takes_the_first_documents(
+    tmp_path, shakespeare_shards, shakespeare_records, bpe_dir
+):
     tok = load_tokenizer(bpe_dir)
     n = len(shakespeare_records) // 2 + 3  # ends inside a later shard
     for workers in (1, 2):
         out = str(tmp_path / f"s{workers}")
-        stats = build_token_cache(shakespeare_shards, bpe_dir, out, sample_count=n,
-                                  max_workers=workers,
-                                  backend="inline" if workers == 1 else "local")
+        stats = build_token_cache(
+            shakespeare_shards,
+            bpe_dir,
+            out,
+            sample_count=n,
+            max_workers=workers,
+            backend="inline" if workers == 1 else "local",
+        )
         cache = TokenCache.open(out)
         assert decoded_docs(cache, tok) == [r["text"] for r in shakespeare_records[:n]]
         # Still one cache shard per input shard; the ones past N are empty.
@@ -109,18 +123,21 @@ def test_sample_count_takes_the_first_documents(tmp_path, shakespeare_shards,
         per_shard = cache.ledger["shard_num_docs"]
         assert len(per_shard) == len(shakespeare_shards) and per_shard[-1] == 0
         assert sum(per_shard) == n
-    sample = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "big"),
-                               sample_count=10**9)
+    sample = build_token_cache(
+        shakespeare_shards, bpe_dir, str(tmp_path / "big"), sample_count=10**9
+    )
     assert sample.splits["train"]["num_docs"] == len(shakespeare_records)
     with pytest.raises(ValueError, match="sample_count must be positive"):
         build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "x"), sample_count=0)
 
 
-def test_validation_fraction_is_held_out_by_document_id(tmp_path, shakespeare_shards,
-                                                        shakespeare_records, bpe_dir):
+def test_validation_fraction_is_held_out_by_document_id(
+    tmp_path, shakespeare_shards, shakespeare_records, bpe_dir
+):
     tok = load_tokenizer(bpe_dir)
-    stats = build_token_cache(shakespeare_shards, bpe_dir, str(tmp_path / "c"),
-                              validation_fraction=0.25)
+    stats = build_token_cache(
+        shakespeare_shards, bpe_dir, str(tmp_path / "c"), validation_fraction=0.25
+    )
     train = decoded_docs(TokenCache.open(str(tmp_path / "c"), "train"), tok)
     val = decoded_docs(TokenCache.open(str(tmp_path / "c"), "validation"), tok)
     expect_val = [r["text"] for r in shakespeare_records if held_out(r["id"], 0.25)]
@@ -130,20 +147,26 @@ def test_validation_fraction_is_held_out_by_document_id(tmp_path, shakespeare_sh
     assert set(stats.splits) == {"train", "validation"}
     # Same ids in a different sharding: the same documents are held out.
     write_jsonl_gz(str(tmp_path / "one" / "all.jsonl.gz"), list(reversed(shakespeare_records)))
-    build_token_cache([str(tmp_path / "one" / "all.jsonl.gz")], bpe_dir, str(tmp_path / "r"),
-                      validation_fraction=0.25)
+    build_token_cache(
+        [str(tmp_path / "one" / "all.jsonl.gz")],
+        bpe_dir,
+        str(tmp_path / "r"),
+        validation_fraction=0.25,
+    )
     val_r = decoded_docs(TokenCache.open(str(tmp_path / "r"), "validation"), tok)
     assert sorted(val_r) == sorted(expect_val)
     stats_json = json.loads((tmp_path / "c" / ".stats.json").read_text())
     assert stats_json["validation"]["num_docs"] == len(expect_val)
 
 
-def test_validation_from_a_separate_source(tmp_path, shakespeare_shards, shakespeare_records,
-                                           bpe_dir):
+def test_validation_from_a_separate_source(
+    tmp_path, shakespeare_shards, shakespeare_records, bpe_dir
+):
     tok = load_tokenizer(bpe_dir)
     out = str(tmp_path / "c")
-    stats = build_token_cache(shakespeare_shards[:3], bpe_dir, out,
-                              validation_files=shakespeare_shards[3:])
+    stats = build_token_cache(
+        shakespeare_shards[:3], bpe_dir, out, validation_files=shakespeare_shards[3:]
+    )
     val = TokenCache.open(out, "validation")
     with gzip.open(shakespeare_shards[3], "rt") as f:
         expected = [json.loads(line)["text"] for line in f]
@@ -151,13 +174,20 @@ def test_validation_from_a_separate_source(tmp_path, shakespeare_shards, shakesp
     assert stats.splits["validation"]["num_shards"] == 1
     assert stats.splits["train"]["num_shards"] == 3
     with pytest.raises(ValueError, match="not both"):
-        build_token_cache(shakespeare_shards, bpe_dir, out, validation_fraction=0.1,
-                          validation_files=shakespeare_shards)
+        build_token_cache(
+            shakespeare_shards,
+            bpe_dir,
+            out,
+            validation_fraction=0.1,
+            validation_files=shakespeare_shards,
+        )
 
 
 BAD_LINES = {
-    "missing text field": (json.dumps({"id": "b", "content": "x", "meta": 1}),
-                           r"no field 'text' \(the record's keys: \['content', 'id', 'meta'\]\)"),
+    "missing text field": (
+        json.dumps({"id": "b", "content": "x", "meta": 1}),
+        r"no field 'text' \(the record's keys: \['content', 'id', 'meta'\]\)",
+    ),
     "non-string text": (json.dumps({"id": "b", "text": 42}), r"field 'text' is int, not a string"),
     "invalid utf-8": (b'{"id": "b", "text": "caf\xe9"}', r"invalid UTF-8 at byte 24"),
     "broken json": ('{"id": "b", "text": ', r"not valid JSON"),
@@ -172,8 +202,12 @@ def test_bad_records_fail_with_file_index_and_reason(tmp_path, bpe_dir, kind):
     path = str(tmp_path / "in" / "part-00000.jsonl")
     os.makedirs(os.path.dirname(path))
     with open(path, "wb") as f:
-        for rec in [json.dumps({"id": "a", "text": "hello there"}), json.dumps({"id": "e", "text": ""}),
-                    line, json.dumps({"id": "c", "text": "good night"})]:
+        for rec in [
+            json.dumps({"id": "a", "text": "hello there"}),
+            json.dumps({"id": "e", "text": ""}),
+            line,
+            json.dumps({"id": "c", "text": "good night"}),
+        ]:
             f.write(rec if isinstance(rec, bytes) else rec.encode("utf-8"))
             f.write(b"\n")
     with pytest.raises(BadRecordError, match=pattern) as e:
@@ -198,8 +232,10 @@ def _word_level(vocab_size: int) -> Tokenizer:
 
 def test_vocabulary_too_big_for_the_dtype_fails_before_any_work(tmp_path):
     tok = _word_level(70_000)
-    path = write_jsonl_gz(str(tmp_path / "in" / "a.jsonl.gz"),
-                          [{"id": "1", "text": "w69999 w1 w65536"}, {"id": "2", "text": "w7"}])
+    path = write_jsonl_gz(
+        str(tmp_path / "in" / "a.jsonl.gz"),
+        [{"id": "1", "text": "w69999 w1 w65536"}, {"id": "2", "text": "w7"}],
+    )
     out = tmp_path / "c"
     with pytest.raises(ValueError, match=r"70000 ids\) does not fit uint16"):
         build_token_cache([path], tok, str(out), dtype="uint16", append_eos=False)
@@ -230,8 +266,9 @@ def test_parquet_input_and_glob(tmp_path, shakespeare_records, bpe_dir):
         pq.write_table(pa.Table.from_pylist(part), str(tmp_path / "pq" / f"p{i}.parquet"))
     build_token_cache(str(tmp_path / "pq" / "*.parquet"), bpe_dir, str(tmp_path / "c"))
     tok = load_tokenizer(bpe_dir)
-    assert decoded_docs(TokenCache.open(str(tmp_path / "c")), tok) == \
-        [r["text"] for r in shakespeare_records]
+    assert decoded_docs(TokenCache.open(str(tmp_path / "c")), tok) == [
+        r["text"] for r in shakespeare_records
+    ]
     with pytest.raises(FileNotFoundError, match="no input files match"):
         build_token_cache(str(tmp_path / "none" / "*.jsonl"), bpe_dir, str(tmp_path / "d"))
 
@@ -248,8 +285,9 @@ def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards
     for name in ("tokenizer.json", "tokenizer_config.json"):
         fs.write_bytes(f"{gcs_prefix}/tok/{name}", open(os.path.join(bpe_dir, name), "rb").read())
     out = f"{gcs_prefix}/cache"
-    stats = build_token_cache(f"{gcs_prefix}/raw/*.jsonl.gz", f"{gcs_prefix}/tok", out,
-                              validation_fraction=0.2)
+    stats = build_token_cache(
+        f"{gcs_prefix}/raw/*.jsonl.gz", f"{gcs_prefix}/tok", out, validation_fraction=0.2
+    )
     local = str(tmp_path / "local")
     build_token_cache(shakespeare_shards[:2], bpe_dir, local, validation_fraction=0.2)
     # The remote cache holds the very same bytes as a local build.
@@ -264,6 +302,7 @@ def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards
     b = list(ref.packed_sequences(64, seed=1, start=5, epochs=1))
     assert len(a) == len(b) > 0
     np.testing.assert_array_equal(np.stack(a), np.stack(b))
-    again = build_token_cache(f"{gcs_prefix}/raw/*.jsonl.gz", f"{gcs_prefix}/tok", out,
-                              validation_fraction=0.2)
+    again = build_token_cache(
+        f"{gcs_prefix}/raw/*.jsonl.gz", f"{gcs_prefix}/tok", out, validation_fraction=0.2
+    )
     assert again.shards_processed == 0

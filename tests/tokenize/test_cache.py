@@ -20,12 +20,15 @@ from marin_dagster.tokenize import (
 )
 
 
-def _random_docs(rng: np.random.Generator, n: int, vocab: int, max_len: int = 60) -> list[np.ndarray]:
+def _random_docs(
+    rng: np.random.Generator, n: int, vocab: int, max_len: int = 60
+) -> list[np.ndarray]:
     return [rng.integers(0, vocab, size=int(rng.integers(1, max_len))) for _ in range(n)]
 
 
-def _write_cache(root: str, shards_docs: list[list[np.ndarray]], dtype=np.uint16, eos_id=0,
-                 split: str = "train") -> TokenCache:
+def _write_cache(
+    root: str, shards_docs: list[list[np.ndarray]], dtype=np.uint16, eos_id=0, split: str = "train"
+) -> TokenCache:
     split_dir = os.path.join(root, split)
     names = []
     for i, docs in enumerate(shards_docs):
@@ -33,8 +36,11 @@ def _write_cache(root: str, shards_docs: list[list[np.ndarray]], dtype=np.uint16
         for d in docs:
             w.add(d, num_bytes=3 * len(d))
         stats = w.finish()
-        assert stats == {"num_tokens": int(sum(len(d) for d in docs)), "num_docs": len(docs),
-                         "bytes": int(sum(3 * len(d) for d in docs))}
+        assert stats == {
+            "num_tokens": int(sum(len(d) for d in docs)),
+            "num_docs": len(docs),
+            "bytes": int(sum(3 * len(d) for d in docs)),
+        }
         names.append(shard_name(i))
     ledger = finalize_split(split_dir, names, dtype, eos_id)
     write_cache_stats(root, {split: ledger})
@@ -60,7 +66,7 @@ def test_layout_matches_the_contract(tmp_path):
         assert offsets.dtype == np.dtype("<i8") and offsets.shape == (len(docs) + 1,)
         assert offsets[0] == 0 and offsets[-1] == len(ids)
         for k, d in enumerate(docs):
-            np.testing.assert_array_equal(ids[offsets[k]:offsets[k + 1]], d)
+            np.testing.assert_array_equal(ids[offsets[k] : offsets[k + 1]], d)
         success = json.loads((part / ".success").read_text())
         assert success["num_docs"] == len(docs)
     stats = json.loads((tmp_path / ".stats.json").read_text())
@@ -116,8 +122,11 @@ def test_large_shard_spools_and_round_trips(tmp_path, monkeypatch):
 
 @settings(max_examples=25, deadline=None)
 # Shards may be empty (an input past sample_count, or all held out).
-@given(lengths=st.lists(st.lists(st.integers(1, 40), min_size=0, max_size=6), min_size=1, max_size=4),
-       seq_len=st.integers(1, 50), seed=st.integers(0, 2**31))
+@given(
+    lengths=st.lists(st.lists(st.integers(1, 40), min_size=0, max_size=6), min_size=1, max_size=4),
+    seq_len=st.integers(1, 50),
+    seed=st.integers(0, 2**31),
+)
 def test_packed_epoch_yields_every_token_exactly_once(tmp_path_factory, lengths, seq_len, seed):
     root = str(tmp_path_factory.mktemp("c"))
     # Each token's value is its position in the stream, so coverage is checkable.
@@ -149,7 +158,10 @@ def test_packed_epoch_yields_every_token_exactly_once(tmp_path_factory, lengths,
 def test_packed_order_is_a_seeded_permutation(tmp_path):
     docs = [np.arange(i * 10, i * 10 + 10) for i in range(100)]
     cache = _write_cache(str(tmp_path), [docs[:60], docs[60:]], dtype=np.uint32)
-    firsts = lambda seed, epochs=1: [int(s[0]) // 8 for s in cache.packed_sequences(8, seed=seed, epochs=epochs)]  # noqa: E731
+
+    def firsts(seed, epochs=1):
+        return [int(s[0]) // 8 for s in cache.packed_sequences(8, seed=seed, epochs=epochs)]
+
     a, b, c = firsts(0), firsts(0), firsts(1)
     assert a == b
     assert a != c and sorted(a) == sorted(c) == list(range(125))
@@ -174,7 +186,7 @@ def test_packed_iterator_resumes_from_a_position(tmp_path_factory, start, seed):
         np.testing.assert_array_equal(x, y)
     # An infinite iterator continues the same stream.
     it = cache.packed_sequences(16, seed=seed, start=start)
-    for y in full[start:start + 5]:
+    for y in full[start : start + 5]:
         np.testing.assert_array_equal(next(it), y)
 
 
@@ -184,4 +196,4 @@ def test_packed_batches_match_sequences(tmp_path):
     seqs = list(cache.packed_sequences(32, seed=5, start=7, epochs=2))
     batches = list(cache.packed_batches(32, 4, seed=5, start=7, epochs=2))
     assert all(b.shape == (4, 32) for b in batches)
-    np.testing.assert_array_equal(np.concatenate(batches), np.stack(seqs[:len(batches) * 4]))
+    np.testing.assert_array_equal(np.concatenate(batches), np.stack(seqs[: len(batches) * 4]))

@@ -23,19 +23,31 @@ def _finished(out: str) -> list[str]:
 
 def test_sigkill_mid_run_redoes_only_unfinished_shards(tmp_path, shakespeare_records, bpe_dir):
     half = shakespeare_records[: len(shakespeare_records) // 3]
-    shards = [write_jsonl_gz(str(tmp_path / "in" / f"part-{i:05d}.jsonl.gz"),
-                             [{**r, "id": f"{i}/{r['id']}"} for r in half])
-              for i in range(NUM_SHARDS)]
+    shards = [
+        write_jsonl_gz(
+            str(tmp_path / "in" / f"part-{i:05d}.jsonl.gz"),
+            [{**r, "id": f"{i}/{r['id']}"} for r in half],
+        )
+        for i in range(NUM_SHARDS)
+    ]
     out = str(tmp_path / "cache")
-    code = ("import sys; from marin_dagster.tokenize.build import build_token_cache; "
-            "build_token_cache(sys.argv[1:-2], sys.argv[-2], sys.argv[-1], validation_fraction=0.1,"
-            " backend='inline')")
-    proc = subprocess.Popen([sys.executable, "-c", code, *shards, bpe_dir, out],
-                            env=subprocess_env(), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    code = (
+        "import sys; from marin_dagster.tokenize.build import build_token_cache; "
+        "build_token_cache(sys.argv[1:-2], sys.argv[-2], sys.argv[-1], validation_fraction=0.1,"
+        " backend='inline')"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *shards, bpe_dir, out],
+        env=subprocess_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while len(_finished(out)) < 2:
-        assert proc.poll() is None, f"the build ended before it could be killed: {proc.stderr.read()}"
+        assert proc.poll() is None, (
+            f"the build ended before it could be killed: {proc.stderr.read()}"
+        )
         assert time.monotonic() < deadline, "no shard finished in time"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)

@@ -79,8 +79,10 @@ def test_metadata_helpers(bpe_dir, shakespeare_docs):
 
 def test_training_streams_its_input():
     """Training pulls texts batch by batch: Python never holds the corpus."""
-    words = ["".join(random.Random(i).choices("abcdefghij", k=random.Random(i).randint(2, 8)))
-             for i in range(2000)]
+    words = [
+        "".join(random.Random(i).choices("abcdefghij", k=random.Random(i).randint(2, 8)))
+        for i in range(2000)
+    ]
     pulled = {"n": 0}
 
     def texts():
@@ -105,8 +107,14 @@ def test_training_streams_its_input():
 
 def test_training_options_are_honoured(tmp_path, shakespeare_docs):
     specials = ("<|endoftext|>", "<|pad|>")
-    out = train_tokenizer((d["text"][:20000] for d in shakespeare_docs), str(tmp_path / "t"),
-                          vocab_size=400, special_tokens=specials, min_frequency=5, max_documents=3)
+    out = train_tokenizer(
+        (d["text"][:20000] for d in shakespeare_docs),
+        str(tmp_path / "t"),
+        vocab_size=400,
+        special_tokens=specials,
+        min_frequency=5,
+        max_documents=3,
+    )
     tok = load_tokenizer(str(tmp_path / "t"))
     assert tok.get_vocab_size() == 400
     assert [tok.token_to_id(s) for s in specials] == [0, 1]
@@ -190,9 +198,13 @@ def test_hub_name_when_the_hub_answers(monkeypatch, tmp_path, bpe_dir):
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
         # huggingface_hub reads the endpoint at import; point its constant here too.
         from huggingface_hub import constants
+
         monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            f"http://127.0.0.1:{server.server_port}" + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(
+            constants,
+            "HUGGINGFACE_CO_URL_TEMPLATE",
+            f"http://127.0.0.1:{server.server_port}" + "/{repo_id}/resolve/{revision}/{filename}",
+        )
         tok = load_tokenizer("someone/tiny-bpe")
         assert isinstance(tok, Tokenizer)
         assert tok.get_vocab() == load_tokenizer(bpe_dir).get_vocab()
@@ -209,13 +221,19 @@ def test_save_and_load_on_gcs(gcs_prefix, shakespeare_docs):
     assert read_tokenizer_config(out)["vocab_size"] == 300
 
 
-def test_train_from_files_holds_out_documents_for_bytes_per_token(tmp_path, shakespeare_shards,
-                                                                  shakespeare_records):
+def test_train_from_files_holds_out_documents_for_bytes_per_token(
+    tmp_path, shakespeare_shards, shakespeare_records
+):
     from marin_dagster.tokenize import train_tokenizer_from_files
     from marin_dagster.tokenize.records import held_out
 
-    out = train_tokenizer_from_files(shakespeare_shards, str(tmp_path / "t"), vocab_size=512,
-                                     held_out_fraction=0.1, max_held_out_docs=5)
+    out = train_tokenizer_from_files(
+        shakespeare_shards,
+        str(tmp_path / "t"),
+        vocab_size=512,
+        held_out_fraction=0.1,
+        max_held_out_docs=5,
+    )
     expected_held = [r for r in shakespeare_records if held_out(r["id"], 0.1)]
     cfg = json.loads((tmp_path / "t" / CONFIG_FILE).read_text())
     assert cfg == out.config

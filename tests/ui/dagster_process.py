@@ -18,10 +18,19 @@ from tests.conftest import subprocess_env
 
 
 @contextlib.contextmanager
-def dagster_process(args: Sequence[str], log_path: str, cwd: str, **env: str) -> Iterator[subprocess.Popen]:
+def dagster_process(
+    args: Sequence[str], log_path: str, cwd: str, **env: str
+) -> Iterator[subprocess.Popen]:
     with open(log_path, "wb") as log, open(os.devnull, "rb") as devnull:
-        proc = subprocess.Popen(list(args), cwd=cwd, env=subprocess_env(**env), stdin=devnull,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            list(args),
+            cwd=cwd,
+            env=subprocess_env(**env),
+            stdin=devnull,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield proc
     finally:

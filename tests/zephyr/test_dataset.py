@@ -18,8 +18,13 @@ def test_from_list_preserves_order(any_ctx: ZephyrContext) -> None:
 
 
 def test_map_filter_flat_map(any_ctx: ZephyrContext) -> None:
-    ds = (Dataset.from_list(list(range(10))).reshard(3)
-          .map(lambda x: x * 2).filter(lambda x: x % 3 == 0).flat_map(lambda x: [x, -x]))
+    ds = (
+        Dataset.from_list(list(range(10)))
+        .reshard(3)
+        .map(lambda x: x * 2)
+        .filter(lambda x: x % 3 == 0)
+        .flat_map(lambda x: [x, -x])
+    )
     assert any_ctx.execute(ds).results == [0, 0, 6, -6, 12, -12, 18, -18]
 
 
@@ -33,7 +38,11 @@ def test_dataset_is_lazy() -> None:
 
 def test_window() -> None:
     ctx = ZephyrContext(backend="inline")
-    assert ctx.execute(Dataset.from_list([1, 2, 3, 4, 5]).window(2)).results == [[1, 2], [3, 4], [5]]
+    assert ctx.execute(Dataset.from_list([1, 2, 3, 4, 5]).window(2)).results == [
+        [1, 2],
+        [3, 4],
+        [5],
+    ]
     ds = Dataset.from_list([3, 4, 5, 1]).window_by(lambda total, x: (total + x <= 7, total + x), 0)
     assert ctx.execute(ds).results == [[3, 4], [5, 1]]
 
@@ -48,7 +57,9 @@ def test_empty_datasets(any_ctx: ZephyrContext, tmp_path) -> None:
     assert any_ctx.execute(Dataset.from_list([]).count()).results == [0]
     ds = Dataset.from_files(str(tmp_path / "nothing-*.jsonl"), empty_glob_ok=True).load_jsonl()
     assert any_ctx.execute(ds).results == []
-    assert any_ctx.execute(Dataset.from_list([]).write_jsonl(str(tmp_path / "o.jsonl"))).results == []
+    assert (
+        any_ctx.execute(Dataset.from_list([]).write_jsonl(str(tmp_path / "o.jsonl"))).results == []
+    )
 
 
 def test_no_match_names_pattern(tmp_path) -> None:
@@ -74,21 +85,32 @@ def test_map_shard_info_and_files(any_ctx: ZephyrContext, tmp_path) -> None:
 
     def tag(items, info: ShardInfo):
         for r in items:
-            yield {**r, "shard": info.shard_idx, "of": info.total_shards,
-                   "src": os.path.basename(info.source_path)}
+            yield {
+                **r,
+                "shard": info.shard_idx,
+                "of": info.total_shards,
+                "src": os.path.basename(info.source_path),
+            }
 
     ds = Dataset.from_files(str(tmp_path / "*.jsonl.gz")).load_jsonl().map_shard(tag)
     out = any_ctx.execute(ds).results
     assert len(out) == 12
     assert {(r["i"], r["shard"], r["of"], r["src"]) for r in out} == {
-        (i, i, 3, f"in-{i}.jsonl.gz") for i in range(3)}
+        (i, i, 3, f"in-{i}.jsonl.gz") for i in range(3)
+    }
 
 
 def test_group_by_writes_exact_shard_count(any_ctx: ZephyrContext, tmp_path) -> None:
-    ds = (Dataset.from_list([{"k": i % 10, "v": i} for i in range(100)]).reshard(4)
-          .group_by(key=lambda r: r["k"], reducer=lambda k, items: {"k": k, "n": sum(1 for _ in items)},
-                    num_output_shards=3)
-          .write_jsonl(str(tmp_path / "g-{shard:05d}-of-{total:05d}.jsonl")))
+    ds = (
+        Dataset.from_list([{"k": i % 10, "v": i} for i in range(100)])
+        .reshard(4)
+        .group_by(
+            key=lambda r: r["k"],
+            reducer=lambda k, items: {"k": k, "n": sum(1 for _ in items)},
+            num_output_shards=3,
+        )
+        .write_jsonl(str(tmp_path / "g-{shard:05d}-of-{total:05d}.jsonl"))
+    )
     paths = any_ctx.execute(ds).results
     assert len(paths) == 3 and sorted(os.listdir(tmp_path)) == [os.path.basename(p) for p in paths]
     rows = [json.loads(line) for p in paths for line in open(p)]
@@ -100,7 +122,8 @@ def test_map_batches_on_records_and_from_iterable() -> None:
 
     ctx = ZephyrContext(backend="inline")
     ds = Dataset.from_iterable({"x": i} for i in range(10)).map_batches(
-        lambda b: b.append_column("y", pc.multiply(b.column("x"), 2)), batch_size=3)
+        lambda b: b.append_column("y", pc.multiply(b.column("x"), 2)), batch_size=3
+    )
     assert ctx.execute(ds).results == [{"x": i, "y": 2 * i} for i in range(10)]
     with pytest.raises(Exception, match="RecordBatch"):
         ctx.execute(Dataset.from_list([{"x": 1}]).map_batches(lambda b: 5))
@@ -109,8 +132,12 @@ def test_map_batches_on_records_and_from_iterable() -> None:
 def test_reshard_file_list_before_loading(local_ctx: ZephyrContext, tmp_path) -> None:
     for i in range(5):
         (tmp_path / f"f{i}.jsonl").write_text(json.dumps({"i": i}) + "\n")
-    ds = (Dataset.from_files(str(tmp_path / "*.jsonl")).reshard(2).load_jsonl()
-          .map_shard(lambda items, info: [(info.shard_idx, [r["i"] for r in items])]))
+    ds = (
+        Dataset.from_files(str(tmp_path / "*.jsonl"))
+        .reshard(2)
+        .load_jsonl()
+        .map_shard(lambda items, info: [(info.shard_idx, [r["i"] for r in items])])
+    )
     assert local_ctx.execute(ds).results == [(0, [0, 1, 2]), (1, [3, 4])]
 
 

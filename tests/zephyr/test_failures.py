@@ -28,6 +28,7 @@ def _attempt_log(folder) -> callable:
         n = len([f for f in os.listdir(folder) if f.startswith(tag + "-")])
         open(os.path.join(folder, f"{tag}-{n}"), "w").close()
         return n
+
     return log
 
 
@@ -60,8 +61,12 @@ def test_transient_errors_are_retried(local_ctx: ZephyrContext, tmp_path) -> Non
             raise ConnectionError("storage hiccup")
         return r
 
-    ds = Dataset.from_files(pattern).load_jsonl().map(flaky).write_jsonl(
-        str(tmp_path / "out/{shard}.jsonl"))
+    ds = (
+        Dataset.from_files(pattern)
+        .load_jsonl()
+        .map(flaky)
+        .write_jsonl(str(tmp_path / "out/{shard}.jsonl"))
+    )
     result = local_ctx.execute(ds)
     rows = [json.loads(line) for p in result.results for line in open(p)]
     assert len(rows) == 10 and result.counters["records_written"] == 10
@@ -80,6 +85,7 @@ def _kill_once(marker: str):
             open(marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
         return r
+
     return fn
 
 
@@ -88,21 +94,34 @@ def test_killed_worker_gives_exactly_once_output(local_ctx: ZephyrContext, tmp_p
     backend = local_ctx._get_backend()
     started = backend.workers_started
     out_dir = tmp_path / "out"
-    ds = (Dataset.from_files(pattern).load_jsonl().map(_kill_once(str(tmp_path / "killed")))
-          .write_jsonl(str(out_dir / "part-{shard:05d}.jsonl")))
+    ds = (
+        Dataset.from_files(pattern)
+        .load_jsonl()
+        .map(_kill_once(str(tmp_path / "killed")))
+        .write_jsonl(str(out_dir / "part-{shard:05d}.jsonl"))
+    )
     result = local_ctx.execute(ds)
     assert os.path.exists(tmp_path / "killed")
     assert local_ctx._get_backend().workers_started > started, "the dead worker was replaced"
     assert sorted(os.listdir(out_dir)) == [f"part-{s:05d}.jsonl" for s in range(4)]
     rows = [json.loads(line) for p in result.results for line in open(p)]
-    assert sorted((r["shard"], r["i"]) for r in rows) == [(s, i) for s in range(4) for i in range(50)]
+    assert sorted((r["shard"], r["i"]) for r in rows) == [
+        (s, i) for s in range(4) for i in range(50)
+    ]
     assert result.counters["records_written"] == 200 and result.counters["records_in"] == 200
 
     # Killed in the map side of a shuffle: the dead attempt's partial runs are never read.
     os.remove(tmp_path / "killed")
-    grouped = (Dataset.from_files(pattern).load_jsonl().map(_kill_once(str(tmp_path / "killed")))
-               .group_by(lambda r: r["i"], lambda k, items: (k, sorted(r["shard"] for r in items)),
-                         num_output_shards=3))
+    grouped = (
+        Dataset.from_files(pattern)
+        .load_jsonl()
+        .map(_kill_once(str(tmp_path / "killed")))
+        .group_by(
+            lambda r: r["i"],
+            lambda k, items: (k, sorted(r["shard"] for r in items)),
+            num_output_shards=3,
+        )
+    )
     out = local_ctx.execute(grouped).results
     assert sorted(out) == [(i, [0, 1, 2, 3]) for i in range(50)]
 
@@ -118,18 +137,26 @@ def test_unguarded_script_runs_once(tmp_path) -> None:
         "from marin_dagster.zephyr import Dataset, ZephyrContext\n"
         "print('body', flush=True)\n"
         "ds = Dataset.from_list([1, 2, 3]).reshard(3).map(lambda x: x * 2)\n"
-        "print(ZephyrContext(max_workers=2).execute(ds).results)\n")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+        "print(ZephyrContext(max_workers=2).execute(ds).results)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     assert out.splitlines() == ["body", "[2, 4, 6]"]
 
 
 def test_killed_ray_worker_gives_exactly_once_output(ray_ctx: ZephyrContext, tmp_path) -> None:
     pattern = _inputs(tmp_path, shards=3, rows=30)
-    ds = (Dataset.from_files(pattern).load_jsonl().map(_kill_once(str(tmp_path / "killed")))
-          .write_jsonl(str(tmp_path / "out/part-{shard:05d}.jsonl")))
+    ds = (
+        Dataset.from_files(pattern)
+        .load_jsonl()
+        .map(_kill_once(str(tmp_path / "killed")))
+        .write_jsonl(str(tmp_path / "out/part-{shard:05d}.jsonl"))
+    )
     result = ray_ctx.execute(ds)
     assert os.path.exists(tmp_path / "killed")
     rows = [json.loads(line) for p in result.results for line in open(p)]
-    assert sorted((r["shard"], r["i"]) for r in rows) == [(s, i) for s in range(3) for i in range(30)]
+    assert sorted((r["shard"], r["i"]) for r in rows) == [
+        (s, i) for s in range(3) for i in range(30)
+    ]
     assert sorted(os.listdir(tmp_path / "out")) == [f"part-{s:05d}.jsonl" for s in range(3)]

@@ -17,17 +17,30 @@ def test_gcs_round_trip(gcs_prefix: str) -> None:
         fs.write_bytes(f"{gcs_prefix}/in/part-{s}.jsonl.gz", gzip.compress(rows.encode()))
     # A fresh context: its workers start after the emulator's address is in the environment.
     with ZephyrContext(max_workers=2) as ctx:
-        ds = (Dataset.from_files(f"{gcs_prefix}/in/*.jsonl.gz").load_jsonl()
-              .map(lambda r: {**r, "text": r["text"].lower()})
-              .write_parquet(f"{gcs_prefix}/out/{{basename}}-{{shard}}.parquet"))
+        ds = (
+            Dataset.from_files(f"{gcs_prefix}/in/*.jsonl.gz")
+            .load_jsonl()
+            .map(lambda r: {**r, "text": r["text"].lower()})
+            .write_parquet(f"{gcs_prefix}/out/{{basename}}-{{shard}}.parquet")
+        )
         result = ctx.execute(ds)
-        assert result.results == [f"{gcs_prefix}/out/part-0-0.parquet",
-                                  f"{gcs_prefix}/out/part-1-1.parquet"]
+        assert result.results == [
+            f"{gcs_prefix}/out/part-0-0.parquet",
+            f"{gcs_prefix}/out/part-1-1.parquet",
+        ]
         filesystem, path = fs.url_to_fs(result.results[1])
         with filesystem.open(path, "rb") as f:
-            assert pq.read_table(f).column("text").to_pylist()[:2] == ["line 0 of text", "line 1 of text"]
-        back = ctx.execute(Dataset.from_files(f"{gcs_prefix}/out/*.parquet").load_parquet()
-                           .filter(lambda r: r["s"] == 1).count())
+            assert pq.read_table(f).column("text").to_pylist()[:2] == [
+                "line 0 of text",
+                "line 1 of text",
+            ]
+        back = ctx.execute(
+            Dataset.from_files(f"{gcs_prefix}/out/*.parquet")
+            .load_parquet()
+            .filter(lambda r: r["s"] == 1)
+            .count()
+        )
         assert back.results == [20]
         assert result.counters["bytes_written"] == sum(
-            filesystem.info(fs.url_to_fs(p)[1])["size"] for p in result.results)
+            filesystem.info(fs.url_to_fs(p)[1])["size"] for p in result.results
+        )

@@ -30,8 +30,11 @@ def _write_jsonl(path, rows) -> None:
 @pytest.mark.parametrize("ext", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
 def test_jsonl_round_trip(any_ctx: ZephyrContext, tmp_path, ext: str) -> None:
     _write_jsonl(tmp_path / f"in{ext}", ROWS)
-    out = any_ctx.execute(Dataset.from_files(str(tmp_path / f"in{ext}")).load_jsonl()
-                            .write_jsonl(str(tmp_path / f"out/{{basename}}-copy{ext}"))).results
+    out = any_ctx.execute(
+        Dataset.from_files(str(tmp_path / f"in{ext}"))
+        .load_jsonl()
+        .write_jsonl(str(tmp_path / f"out/{{basename}}-copy{ext}"))
+    ).results
     assert out == [str(tmp_path / f"out/in-copy{ext}")]
     back = any_ctx.execute(Dataset.from_files(out[0]).load_file()).results
     assert back == ROWS
@@ -44,24 +47,30 @@ def test_parquet_csv_round_trip_and_row_group_splits(local_ctx: ZephyrContext, t
     ds = Dataset.from_files(str(tmp_path / "in.parquet")).load_parquet(columns=["id", "text"])
     assert local_ctx.execute(ds).results == [{"id": r["id"], "text": r["text"]} for r in ROWS]
     size = pq.ParquetFile(tmp_path / "in.parquet").metadata.row_group(0).total_byte_size
-    split = Dataset.from_files(str(tmp_path / "in.parquet")).load_parquet(
-        approx_shard_bytes=2 * size).map_shard(lambda items, info: [(info.shard_idx, len(list(items)))])
+    split = (
+        Dataset.from_files(str(tmp_path / "in.parquet"))
+        .load_parquet(approx_shard_bytes=2 * size)
+        .map_shard(lambda items, info: [(info.shard_idx, len(list(items)))])
+    )
     shards = local_ctx.execute(split).results
     assert len(shards) >= 3 and sum(n for _, n in shards) == 30
-    assert local_ctx.execute(Dataset.from_files(str(tmp_path / "in.csv")).load_csv()).results == ROWS
+    assert (
+        local_ctx.execute(Dataset.from_files(str(tmp_path / "in.csv")).load_csv()).results == ROWS
+    )
     out = local_ctx.execute(Dataset.from_list(ROWS).write_csv(str(tmp_path / "o.csv"))).results
     assert pacsv.read_csv(out[0]).to_pylist() == ROWS
 
 
 def test_include_file_paths(local_ctx: ZephyrContext, tmp_path) -> None:
     _write_jsonl(tmp_path / "a.jsonl", ROWS[:2])
-    out = local_ctx.execute(Dataset.from_files(str(tmp_path / "*.jsonl"))
-                            .load_jsonl(include_file_paths=True)).results
+    out = local_ctx.execute(
+        Dataset.from_files(str(tmp_path / "*.jsonl")).load_jsonl(include_file_paths=True)
+    ).results
     assert {r["file_path"] for r in out} == {str(tmp_path / "a.jsonl")}
 
 
 def test_parquet_schema_widens(local_ctx: ZephyrContext, tmp_path, monkeypatch) -> None:
-    rows = ([{"a": 1, "b": None}] * 3 + [{"a": 2.5, "b": "x"}] + [{"a": 3, "c": [1, 2]}])
+    rows = [{"a": 1, "b": None}] * 3 + [{"a": 2.5, "b": "x"}] + [{"a": 3, "c": [1, 2]}]
     from marin_dagster.zephyr import writers
 
     # Tiny buffers, so widening happens after rows were already written (the rewrite path).
@@ -72,7 +81,9 @@ def test_parquet_schema_widens(local_ctx: ZephyrContext, tmp_path, monkeypatch) 
     assert table.schema.field("a").type == pa.float64()
     assert table.schema.field("b").type == pa.string()
     assert table.to_pylist() == [{"a": 1.0, "b": None, "c": None}] * 3 + [
-        {"a": 2.5, "b": "x", "c": None}, {"a": 3.0, "b": None, "c": [1, 2]}]
+        {"a": 2.5, "b": "x", "c": None},
+        {"a": 3.0, "b": None, "c": [1, 2]},
+    ]
     assert pq.ParquetFile(out[0]).metadata.row_group(0).column(0).compression == "ZSTD"
 
 
@@ -88,9 +99,12 @@ def test_map_batches_and_select(any_ctx: ZephyrContext, tmp_path) -> None:
     import pyarrow.compute as pc
 
     pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "in.parquet")
-    ds = (Dataset.from_files(str(tmp_path / "*.parquet")).load_parquet()
-          .map_batches(lambda b: b.append_column("len", pc.utf8_length(b.column("text"))))
-          .write_parquet(str(tmp_path / "out/{basename}.parquet")))
+    ds = (
+        Dataset.from_files(str(tmp_path / "*.parquet"))
+        .load_parquet()
+        .map_batches(lambda b: b.append_column("len", pc.utf8_length(b.column("text"))))
+        .write_parquet(str(tmp_path / "out/{basename}.parquet"))
+    )
     out = any_ctx.execute(ds).results
     assert pq.read_table(out[0]).column("len").to_pylist() == [len(r["text"]) for r in ROWS]
     sel = Dataset.from_list(ROWS).select("id").take_per_shard(3)
@@ -109,8 +123,12 @@ def test_skip_existing_does_not_touch_or_rerun(any_ctx: ZephyrContext, tmp_path)
         return r
 
     out_pattern = str(tmp_path / "out/part-{shard:05d}-of-{total:05d}.jsonl")
-    ds = (Dataset.from_files(str(tmp_path / "in-*.jsonl")).load_jsonl().map(record_call)
-          .write_jsonl(out_pattern, skip_existing=True))
+    ds = (
+        Dataset.from_files(str(tmp_path / "in-*.jsonl"))
+        .load_jsonl()
+        .map(record_call)
+        .write_jsonl(out_pattern, skip_existing=True)
+    )
     first = any_ctx.execute(ds)
     assert len(os.listdir(calls)) == 3 and first.counters["partitions_skipped"] == 0
     # Overwrite shard 1 with marker bytes and remove shard 2: only shard 2 may run again.
@@ -127,9 +145,13 @@ def test_skip_existing_does_not_touch_or_rerun(any_ctx: ZephyrContext, tmp_path)
     # Everything there: nothing runs at all, even after a barrier.
     for f in os.listdir(calls):
         os.remove(calls / f)
-    grouped = (Dataset.from_files(str(tmp_path / "in-*.jsonl")).load_jsonl().map(record_call)
-               .group_by(lambda r: r["shard"], lambda k, items: {"k": k}, num_output_shards=2)
-               .write_jsonl(str(tmp_path / "g/{shard}.jsonl"), skip_existing=True))
+    grouped = (
+        Dataset.from_files(str(tmp_path / "in-*.jsonl"))
+        .load_jsonl()
+        .map(record_call)
+        .group_by(lambda r: r["shard"], lambda k, items: {"k": k}, num_output_shards=2)
+        .write_jsonl(str(tmp_path / "g/{shard}.jsonl"), skip_existing=True)
+    )
     any_ctx.execute(grouped)
     for f in os.listdir(calls):
         os.remove(calls / f)
@@ -139,8 +161,13 @@ def test_skip_existing_does_not_touch_or_rerun(any_ctx: ZephyrContext, tmp_path)
 
 def test_dry_run_plans_without_running(tmp_path) -> None:
     calls: list[int] = []
-    ds = (Dataset.from_list([1, 2]).map(lambda x: calls.append(x) or x).filter(bool)
-          .group_by(lambda x: x, lambda k, it: k).map(str))
+    ds = (
+        Dataset.from_list([1, 2])
+        .map(lambda x: calls.append(x) or x)
+        .filter(bool)
+        .group_by(lambda x: x, lambda k, it: k)
+        .map(str)
+    )
     result = ZephyrContext(backend="inline").execute(ds, dry_run=True)
     assert calls == [] and result.results == []
     assert "2 stage(s)" in result.plan and "scatter" in result.plan

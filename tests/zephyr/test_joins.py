@@ -8,9 +8,12 @@ from marin_dagster.zephyr import Dataset, ShardFailedError, ZephyrContext
 
 
 def _by_id(rows: list[dict], n: int) -> Dataset:
-    return Dataset.from_list(rows).reshard(2).group_by(
-        key=lambda r: r["id"], reducer=lambda k, items: list(items), num_output_shards=n
-    ).flat_map(lambda group: group)
+    return (
+        Dataset.from_list(rows)
+        .reshard(2)
+        .group_by(key=lambda r: r["id"], reducer=lambda k, items: list(items), num_output_shards=n)
+        .flat_map(lambda group: group)
+    )
 
 
 LEFT = [{"id": i, "name": f"doc{i}"} for i in range(8)]
@@ -25,16 +28,22 @@ def test_inner_join(any_ctx: ZephyrContext) -> None:
 
 def test_left_join(any_ctx: ZephyrContext) -> None:
     ds = _by_id(LEFT, 3).sorted_merge_join(
-        _by_id(RIGHT, 3), lambda r: r["id"], lambda r: r["id"], how="left",
-        combiner=lambda left, right: {**left, "score": right["score"] if right else None})
+        _by_id(RIGHT, 3),
+        lambda r: r["id"],
+        lambda r: r["id"],
+        how="left",
+        combiner=lambda left, right: {**left, "score": right["score"] if right else None},
+    )
     out = sorted(any_ctx.execute(ds).results, key=lambda r: r["id"])
-    assert out == [{"id": i, "name": f"doc{i}", "score": i * 10 if i % 2 == 0 else None}
-                   for i in range(8)]
+    assert out == [
+        {"id": i, "name": f"doc{i}", "score": i * 10 if i % 2 == 0 else None} for i in range(8)
+    ]
 
 
 def test_left_join_default_combiner_needs_both_sides(local_ctx: ZephyrContext) -> None:
-    ds = _by_id(LEFT, 2).sorted_merge_join(_by_id(RIGHT, 2), lambda r: r["id"], lambda r: r["id"],
-                                           how="left")
+    ds = _by_id(LEFT, 2).sorted_merge_join(
+        _by_id(RIGHT, 2), lambda r: r["id"], lambda r: r["id"], how="left"
+    )
     with pytest.raises(ShardFailedError, match="combiner"):
         local_ctx.execute(ds)
 

@@ -80,21 +80,32 @@ def _fails_on_seven(b: pa.RecordBatch) -> pa.RecordBatch:
     return b
 
 
-def test_batch_stage_counters_and_fatal_errors_cross_the_threads(local_ctx: ZephyrContext,
-                                                                 tmp_path) -> None:
+def test_batch_stage_counters_and_fatal_errors_cross_the_threads(
+    local_ctx: ZephyrContext, tmp_path
+) -> None:
     for i in range(2):
-        pq.write_table(pa.Table.from_pylist([{"id": i * 100 + j, "text": "x" * j} for j in range(50)]),
-                       tmp_path / f"in-{i}.parquet")
-    ds = (Dataset.from_files(str(tmp_path / "in-*.parquet")).load_parquet()
-          .map_batches(_count_and_lengthen).write_parquet(str(tmp_path / "out/{basename}.parquet")))
+        pq.write_table(
+            pa.Table.from_pylist([{"id": i * 100 + j, "text": "x" * j} for j in range(50)]),
+            tmp_path / f"in-{i}.parquet",
+        )
+    ds = (
+        Dataset.from_files(str(tmp_path / "in-*.parquet"))
+        .load_parquet()
+        .map_batches(_count_and_lengthen)
+        .write_parquet(str(tmp_path / "out/{basename}.parquet"))
+    )
     result = local_ctx.execute(ds)
     assert result.counters["batch_rows"] == 100
     assert result.counters["records_written"] == 100
     back = pq.read_table(sorted(result.results)[0])
     assert back.column("len").to_pylist() == list(range(50))
 
-    bad = (Dataset.from_files(str(tmp_path / "in-*.parquet")).load_parquet()
-           .map_batches(_fails_on_seven).write_parquet(str(tmp_path / "bad/{basename}.parquet")))
+    bad = (
+        Dataset.from_files(str(tmp_path / "in-*.parquet"))
+        .load_parquet()
+        .map_batches(_fails_on_seven)
+        .write_parquet(str(tmp_path / "bad/{basename}.parquet"))
+    )
     with pytest.raises(ShardFailedError, match="id 7 is not allowed") as err:
         local_ctx.execute(bad)
     assert isinstance(err.value.__cause__, ValueError)

@@ -13,16 +13,26 @@ from marin_dagster.zephyr import Dataset, ZephyrContext
 keys = st.one_of(st.integers(-5, 5), st.sampled_from(["a", "b", "c", "é", ""]))
 records = st.lists(st.tuples(keys, st.integers(-1000, 1000)), max_size=60)
 shards = st.integers(1, 4)
-SETTINGS = settings(max_examples=6, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 
 @SETTINGS
 @given(rows=records, n_in=shards, n_out=shards)
 def test_group_by_matches_python(any_ctx: ZephyrContext, rows, n_in, n_out) -> None:
-    ds = Dataset.from_list(rows).reshard(n_in).group_by(
-        key=lambda r: r[0], reducer=lambda k, items: (k, sorted(v for _, v in items)),
-        num_output_shards=n_out)
+    ds = (
+        Dataset.from_list(rows)
+        .reshard(n_in)
+        .group_by(
+            key=lambda r: r[0],
+            reducer=lambda k, items: (k, sorted(v for _, v in items)),
+            num_output_shards=n_out,
+        )
+    )
     expected: dict = {}
     for k, v in rows:
         expected.setdefault(k, []).append(v)
@@ -51,7 +61,12 @@ def test_shuffle_is_a_permutation(any_ctx: ZephyrContext, rows, n_in, seed) -> N
 
 
 def test_backends_agree(local_ctx: ZephyrContext, ray_ctx: ZephyrContext) -> None:
-    ds = (Dataset.from_list([(i % 13, i) for i in range(300)]).reshard(3)
-          .group_by(lambda r: r[0], lambda k, items: (k, sum(v for _, v in items)), num_output_shards=2)
-          .shuffle(seed=3))
+    ds = (
+        Dataset.from_list([(i % 13, i) for i in range(300)])
+        .reshard(3)
+        .group_by(
+            lambda r: r[0], lambda k, items: (k, sum(v for _, v in items)), num_output_shards=2
+        )
+        .shuffle(seed=3)
+    )
     assert local_ctx.execute(ds).results == ray_ctx.execute(ds).results

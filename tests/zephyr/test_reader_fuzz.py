@@ -39,10 +39,36 @@ import zstandard
 from marin_dagster.tokenize.records import BadRecord, read_records
 from marin_dagster.zephyr.readers import InputError, iter_file_batches, iter_file_records
 
-WORDS = ["to", "be", "or", "not", "café", "naïve", "日本語", "question", "whether", "tis",
-         "nobler", "mind", "suffer", "slings", "arrows", "outrageous", "fortune"]
-FORMATS = ["jsonl", "jsonl.gz", "jsonl.zst", "parquet", "csv", "csv.gz", "jsonl.bz2", "jsonl.xz",
-           "csv.zst"]
+WORDS = [
+    "to",
+    "be",
+    "or",
+    "not",
+    "café",
+    "naïve",
+    "日本語",
+    "question",
+    "whether",
+    "tis",
+    "nobler",
+    "mind",
+    "suffer",
+    "slings",
+    "arrows",
+    "outrageous",
+    "fortune",
+]
+FORMATS = [
+    "jsonl",
+    "jsonl.gz",
+    "jsonl.zst",
+    "parquet",
+    "csv",
+    "csv.gz",
+    "jsonl.bz2",
+    "jsonl.xz",
+    "csv.zst",
+]
 COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
 MUTATIONS = ["none", "truncate", "truncate", "corrupt", "misencode"]
 CASES = int(os.environ.get("READER_FUZZ_CASES", "3000"))
@@ -75,8 +101,10 @@ def ref_decompress(fmt: str, data: bytes) -> bytes:
                 params = zstandard.get_frame_parameters(rest)
                 d = zstandard.ZstdDecompressor().decompressobj()
                 out.append(d.decompress(rest))
-                if not d.eof or (params.content_size != zstandard.CONTENTSIZE_UNKNOWN
-                                 and len(out[-1]) != params.content_size):
+                if not d.eof or (
+                    params.content_size != zstandard.CONTENTSIZE_UNKNOWN
+                    and len(out[-1]) != params.content_size
+                ):
                     raise Refused("truncated zstd frame")
                 rest = d.unused_data
                 if not rest:
@@ -136,17 +164,22 @@ def ref_parquet(data: bytes) -> list[dict]:
 
 def make_records(rng: random.Random) -> list[dict]:
     n = rng.randint(1, 30)
-    return [{"id": i, "text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))}
-            for i in range(n)]
+    return [
+        {"id": i, "text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))}
+        for i in range(n)
+    ]
 
 
 def encode(fmt: str, records: list[dict], rng: random.Random, misencode: bool) -> bytes:
     """The file's bytes; with `misencode`, one text value holds a Latin-1 byte."""
     if fmt == "parquet":
         sink = io.BytesIO()
-        pq.write_table(pa.Table.from_pylist(records), sink,
-                       row_group_size=rng.choice([3, 7, 1000]),
-                       compression=rng.choice(["none", "snappy", "zstd"]))
+        pq.write_table(
+            pa.Table.from_pylist(records),
+            sink,
+            row_group_size=rng.choice([3, 7, 1000]),
+            compression=rng.choice(["none", "snappy", "zstd"]),
+        )
         return sink.getvalue()
     if fmt.startswith("jsonl"):
         lines = [json.dumps(r, ensure_ascii=False).encode() for r in records]
@@ -193,8 +226,11 @@ def mutate(fmt: str, data: bytes, kind: str, rng: random.Random) -> bytes:
         skip = frame_boundaries(data) if fmt.endswith(".zst") else set()
         while True:
             # Cut anywhere, but often within the last bytes (trailers, checksums, footers).
-            cut = (rng.randrange(len(data)) if rng.random() < 0.6
-                   else max(0, len(data) - rng.randint(1, 12)))
+            cut = (
+                rng.randrange(len(data))
+                if rng.random() < 0.6
+                else max(0, len(data) - rng.randint(1, 12))
+            )
             if cut not in skip:
                 return data[:cut]
     if kind == "corrupt":
@@ -238,7 +274,8 @@ def csv_value(v: object) -> str:
 
 def check_refusal(result: object, path: str, ref: Refused, where: str) -> None:
     assert isinstance(result, InputError), (
-        f"{where}: the reference refuses the bytes ({ref}), the reader gave {result!r:.300}")
+        f"{where}: the reference refuses the bytes ({ref}), the reader gave {result!r:.300}"
+    )
     assert path in str(result), f"{where}: the error does not name the file: {result}"
     if ref.line is not None:
         assert f"line {ref.line}:" in str(result), f"{where}: not naming line {ref.line}: {result}"
@@ -294,14 +331,16 @@ def run_case(seed: int, tmp_path) -> None:
     elif fmt.startswith("csv"):
         for result, name in ((got, "records"), (got_batches, "batches")):
             assert not isinstance(result, InputError), f"{where} {name}: refused: {result}"
-            assert [{k: csv_value(v) for k, v in r.items()} for r in result] == ref, \
+            assert [{k: csv_value(v) for k, v in r.items()} for r in result] == ref, (
                 f"{where} {name}"
+            )
     else:
         assert got == ref, f"{where}: the records differ from the reference's"
         if uniform(ref):
             assert not isinstance(got_batches, InputError), f"{where}: refused: {got_batches}"
-            assert [{k: v for k, v in r.items() if v is not None} for r in got_batches] == \
-                [{k: v for k, v in r.items() if v is not None} for r in ref], f"{where} batches"
+            assert [{k: v for k, v in r.items() if v is not None} for r in got_batches] == [
+                {k: v for k, v in r.items() if v is not None} for r in ref
+            ], f"{where} batches"
     if kind == "none" and not fmt.startswith("csv"):
         assert got == records, where
 

@@ -19,14 +19,19 @@ def _words(n: int, seed: int = 0) -> list[dict]:
 
 
 def _word_count(ds: Dataset, **kw) -> Dataset:
-    return ds.group_by(key=lambda r: r["word"],
-                       reducer=lambda k, items: {"word": k, "n": sum(1 for _ in items)}, **kw)
+    return ds.group_by(
+        key=lambda r: r["word"],
+        reducer=lambda k, items: {"word": k, "n": sum(1 for _ in items)},
+        **kw,
+    )
 
 
 def test_external_sort_under_1mb_equals_in_memory(local_ctx: ZephyrContext) -> None:
     # About 6 MB of records, generated in the workers (seeded by shard).
-    ds = _word_count(Dataset.from_list([0, 1]).reshard(2).flat_map(lambda s: _words(15_000, s)),
-                     num_output_shards=3)
+    ds = _word_count(
+        Dataset.from_list([0, 1]).reshard(2).flat_map(lambda s: _words(15_000, s)),
+        num_output_shards=3,
+    )
     in_memory = local_ctx.execute(ds)  # 512 MB budget
     local_ctx.memory_budget = 1 << 20
     try:
@@ -45,9 +50,12 @@ def test_external_sort_under_1mb_equals_in_memory(local_ctx: ZephyrContext) -> N
 
 
 def test_groups_come_out_sorted_by_key_within_each_shard(local_ctx: ZephyrContext) -> None:
-    ds = (Dataset.from_list(list(range(200))).reshard(3)
-          .group_by(key=lambda x: x % 37, reducer=lambda k, items: k, num_output_shards=4)
-          .map_shard(lambda items, info: [list(items)]))
+    ds = (
+        Dataset.from_list(list(range(200)))
+        .reshard(3)
+        .group_by(key=lambda x: x % 37, reducer=lambda k, items: k, num_output_shards=4)
+        .map_shard(lambda items, info: [list(items)])
+    )
     shards = local_ctx.execute(ds).results
     assert sorted(k for s in shards for k in s) == list(range(37))
     assert all(s == sorted(s) for s in shards)
@@ -55,9 +63,15 @@ def test_groups_come_out_sorted_by_key_within_each_shard(local_ctx: ZephyrContex
 
 def test_sort_by_and_combiner(local_ctx: ZephyrContext) -> None:
     events = [{"user": u, "ts": t} for t in range(20, 0, -1) for u in "abc"]
-    ds = Dataset.from_list(events).reshard(3).group_by(
-        key=lambda r: r["user"], sort_by=lambda r: r["ts"],
-        reducer=lambda k, items: (k, [r["ts"] for r in items]))
+    ds = (
+        Dataset.from_list(events)
+        .reshard(3)
+        .group_by(
+            key=lambda r: r["user"],
+            sort_by=lambda r: r["ts"],
+            reducer=lambda k, items: (k, [r["ts"] for r in items]),
+        )
+    )
     assert sorted(local_ctx.execute(ds).results) == [(u, list(range(1, 21))) for u in "abc"]
 
     def combine(key, items):
@@ -65,9 +79,15 @@ def test_sort_by_and_combiner(local_ctx: ZephyrContext) -> None:
         yield {"word": key, "n": sum(r["n"] for r in items)}
 
     rows = [{"word": r["word"], "n": 1} for r in _words(3000)]
-    combined = Dataset.from_list(rows).reshard(2).group_by(
-        key=lambda r: r["word"], combiner=combine,
-        reducer=lambda k, items: {"word": k, "n": sum(r["n"] for r in items)})
+    combined = (
+        Dataset.from_list(rows)
+        .reshard(2)
+        .group_by(
+            key=lambda r: r["word"],
+            combiner=combine,
+            reducer=lambda k, items: {"word": k, "n": sum(r["n"] for r in items)},
+        )
+    )
     expected: dict[str, int] = {}
     for r in rows:
         expected[r["word"]] = expected.get(r["word"], 0) + 1
@@ -77,11 +97,18 @@ def test_sort_by_and_combiner(local_ctx: ZephyrContext) -> None:
 def test_partitioning_is_stable_across_processes() -> None:
     keys = ["alpha", "beta", ("t", 1), 12345, b"raw", 2.5]
     here = [partition_of(k, 7) for k in keys]
-    code = ("from marin_dagster.zephyr.keys import partition_of;"
-            f"print([partition_of(k, 7) for k in {keys!r}])")
+    code = (
+        "from marin_dagster.zephyr.keys import partition_of;"
+        f"print([partition_of(k, 7) for k in {keys!r}])"
+    )
     for seed in ("1", "2"):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+        ).stdout
         assert out.strip() == str(here)
     assert partition_of(1, 7) == partition_of(1.0, 7) == partition_of(True, 7)
 
@@ -102,8 +129,9 @@ def test_many_runs_merge_in_passes(tmp_path) -> None:
     rng = random.Random(1)
     runs, everything = [], []
     for r in range(9):
-        entries = sorted(((rng.randint(0, 50), None, f"r{r}-{i}") for i in range(30)),
-                         key=lambda e: e[0])
+        entries = sorted(
+            ((rng.randint(0, 50), None, f"r{r}-{i}") for i in range(30)), key=lambda e: e[0]
+        )
         everything += entries
         w = ChunkWriter(str(tmp_path / f"run-{r}.arrow"))
         w.extend(entries)

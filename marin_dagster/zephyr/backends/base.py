@@ -39,15 +39,22 @@ def run_task_bytes(payload: bytes) -> bytes:
     try:
         task = cloudpickle.loads(payload)
     except Exception as e:
-        result = TaskResult(False, error_text=f"could not load the task in the worker: "
-                            f"{type(e).__name__}: {e}", fatal=True)
+        result = TaskResult(
+            False,
+            error_text=f"could not load the task in the worker: {type(e).__name__}: {e}",
+            fatal=True,
+        )
         return cloudpickle.dumps(result)
     result = run_task(task)
     try:
         return cloudpickle.dumps(result)
     except Exception as e:
-        bad = TaskResult(False, error_text=f"{task.stage_name}, shard {task.shard_idx}: its "
-                         f"results cannot be pickled: {type(e).__name__}: {e}", fatal=True)
+        bad = TaskResult(
+            False,
+            error_text=f"{task.stage_name}, shard {task.shard_idx}: its "
+            f"results cannot be pickled: {type(e).__name__}: {e}",
+            fatal=True,
+        )
         return cloudpickle.dumps(bad)
 
 

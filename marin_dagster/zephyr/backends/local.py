@@ -56,7 +56,10 @@ class LocalBackend:
         parent, child = socket.socketpair()
         proc = subprocess.Popen(
             [sys.executable, "-m", "marin_dagster.zephyr.backends.worker", str(child.fileno())],
-            pass_fds=(child.fileno(),), env=_worker_env(self.capacity), stdin=subprocess.DEVNULL)
+            pass_fds=(child.fileno(),),
+            env=_worker_env(self.capacity),
+            stdin=subprocess.DEVNULL,
+        )
         child.close()
         worker = _Worker(proc, multiprocessing.connection.Connection(parent.detach()))
         self._workers.append(worker)
@@ -85,8 +88,11 @@ class LocalBackend:
             worker.process.kill()
             code = worker.process.wait()
         self._workers.remove(worker)
-        reason = (f"worker process {worker.process.pid} died with signal {-code}" if code < 0
-                  else f"worker process {worker.process.pid} exited with code {code}")
+        reason = (
+            f"worker process {worker.process.pid} died with signal {-code}"
+            if code < 0
+            else f"worker process {worker.process.pid} exited with code {code}"
+        )
         logger.warning("%s; its shard will be rerun in a new worker", reason)
         return worker.key, WorkerLost(reason)
 

@@ -34,8 +34,7 @@ class RayBackend:
             if address:
                 ray.init(address=address)
             else:
-                ray.init(num_cpus=max(1, max_workers), include_dashboard=False,
-                         log_to_driver=False)
+                ray.init(num_cpus=max(1, max_workers), include_dashboard=False, log_to_driver=False)
         self.capacity = max(1, max_workers)
         self._remote = ray.remote(max_retries=0)(_ray_run)
         self._refs: dict[Any, Any] = {}
