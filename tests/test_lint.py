@@ -1,5 +1,5 @@
-"""The linter is part of the suite, so CI fails on a violation: the layering (engines never
-import Dagster) is a ruff rule, not a habit."""
+"""The linter and the formatter's check are part of the suite, so CI fails on a violation: the
+layering (engines never import Dagster) is a ruff rule, not a habit."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ def _ruff(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
 def test_ruff_check_passes():
     proc = _ruff("check", ".")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_tree_is_formatted():
+    proc = _ruff("format", "--check", ".")
+    assert proc.returncode == 0, (
+        "run `ruff format .` (make lint checks it):\n" + proc.stdout + proc.stderr
+    )
 
 
 @pytest.mark.parametrize(
