@@ -9,7 +9,7 @@ JSONL (one record per paragraph), the same pipeline runs in:
   with 1 and 2 workers;
 - Zephyr, vectorized: the same through map_batches (pyarrow.compute), 1 and 2 workers;
 - datatrove's LocalPipelineExecutor (JsonlReader -> step -> LambdaFilter -> ParquetWriter),
-  1 and 2 workers, from its own virtualenv (`pip install datatrove orjson regex`);
+  1 and 2 workers, from its own virtualenv (`pip install datatrove orjson regex pyarrow`);
 - the I/O-only limit: pyarrow read_json + write_table per file, no per-record Python.
 
 Then a group_by word count with a memory budget of a tenth of its input: the
@@ -334,7 +334,7 @@ def main() -> None:
     if "datatrove" not in skip and not os.path.exists(args.datatrove_python):
         print(
             f"no datatrove environment at {args.datatrove_python} (make one with: python -m venv "
-            "/tmp/bench-venv && /tmp/bench-venv/bin/pip install datatrove orjson); skipping it"
+            "/tmp/bench-venv && /tmp/bench-venv/bin/pip install datatrove orjson regex pyarrow); skipping it"
         )
         skip.add("datatrove")
     work = args.work
