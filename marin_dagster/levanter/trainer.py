@@ -397,9 +397,10 @@ def train(
             if not (is_log or is_eval or is_ckpt):
                 continue
 
-            # A sync point: fetch the pending steps' metrics, check them, log.
-            rate = clock.lap(run.tokens_per_step)
+            # A sync point: fetch the pending steps' metrics (which waits for the device, so the
+            # lap times the steps, not their dispatch), check them, log.
             row = _record_metrics(pending, metrics_log, checkpointer, run.tokens_per_step)
+            rate = clock.lap(run.tokens_per_step)
             pending = []
             if rate is not None:
                 row.update(tokens_per_second=rate, mfu=rate * run.flops_per_token / run.peak_flops)

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import struct
+import time
 import zlib
 
 import numpy as np
@@ -273,3 +274,36 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(
         max_batches=1,
     )
     assert "p" in got
+
+
+def test_throughput_times_the_steps_not_their_dispatch(caches: dict[str, str], tmp_path) -> None:
+    """JAX returns from a step before the device has run it: each logged tokens/s must come
+    from time that includes the device's work, so it cannot beat the wall clock between two
+    log lines (it read 25x too fast, MFU 766% on the demo, when the clock stopped before the
+    metrics were fetched)."""
+    model = dataclasses.replace(
+        MODEL, hidden_dim=128, intermediate_dim=512, num_layers=4, seq_len=64
+    )
+    seen: list[tuple[float, dict]] = []
+    result = train_fn(
+        _config(
+            caches,
+            model=model,
+            seq_len=64,
+            batch_size=8,
+            num_train_steps=14,
+            steps_per_eval=None,
+            checkpoint_every_steps=1000,
+        ),
+        str(tmp_path / "out"),
+        settings=TrainerSettings(log_every=2, checkpoint_every_minutes=None, sample_tokens=0),
+        on_metrics=lambda row: seen.append((time.perf_counter(), row)),
+    )
+    timed = [(t, row) for t, row in seen if "tokens_per_second" in row]
+    assert len(timed) >= 4
+    tokens_per_step = 8 * 64
+    for (t0, r0), (t1, r1) in zip(timed, timed[1:], strict=False):
+        wall_rate = (r1["step"] - r0["step"]) * tokens_per_step / (t1 - t0)
+        assert r1["tokens_per_second"] <= 1.5 * wall_rate, (r1, wall_rate)
+        assert 0 < r1["mfu"] < 1
+    assert 0 < result.mfu < 1
