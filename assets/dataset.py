@@ -1,0 +1,237 @@
+"""Raw datasets from anywhere: `dataset(name, source, ...)` and `as_dataset(source)`.
+
+    web   = dataset("raw/web", "gs://bucket/web/*.jsonl.zst")
+    local = dataset("raw/notes", "~/corpus", text_key="body")
+    tiny  = dataset("raw/tinystories", "roneneldan/TinyStories", split="train")
+    c4    = dataset("raw/c4-en", "allenai/c4", subset="en", files="en/c4-train.0000*-of-01024.json.gz")
+
+The source is resolved when the experiment is loaded (see marin_dagster/datasets/sources.py):
+its files, sizes and content identities (and the hub's commit) enter the version, so a
+changed source changes this asset's version and every version downstream, and an unchanged
+one skips. The output holds the source's files under their relative names, verified.
+
+Hugging Face options use the hub's words: `revision` (branch, tag or commit), `subset` (what
+`datasets.load_dataset` calls the config name, `name=`), `split`, and `files` (glob patterns
+on the repo's paths, like `data_files`). `split=None` takes every split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+
+from marin_dagster.datasets.sources import (
+    SourceError,
+    check_text_field,
+    count_records,
+    fetch,
+    parse_source,
+    preview,
+    resolve,
+)
+from marin_dagster.execution.asset import StepContext, check_name, versioned_asset
+from marin_dagster.execution.version import StepConfig, unversioned
+from marin_dagster.iris import ResourceConfig
+
+# Counting documents reads every JSON lines or CSV file once more; past this size the count
+# is left out of the metadata (Parquet counts come from the footers whatever the size).
+COUNT_DOCUMENTS_MAX_BYTES = 2 << 30
+
+
+class DatasetConfig(StepConfig):
+    source: str
+    """The source as given (path, URL or hub id)."""
+    kind: str
+    location: str
+    """The resolved location: absolute path, URL or hub repo id."""
+    revision: str | None = None
+    subset: str | None = None
+    split: str | None = None
+    files: tuple[str, ...] = ()
+    format: str | None = None
+    content: str
+    """Digest of the source's files (names, sizes, content identities) when it was resolved."""
+    text_key: str = unversioned("text")
+    """The records' text field: checked, not written, so not part of the version."""
+    resolved_revision: str | None = unversioned(None)
+    """The hub commit the files were listed at. The content digest is in the version instead:
+    a commit that leaves the selected files as they were does not re-download them."""
+
+
+def _spec(config: DatasetConfig) -> Any:
+    return parse_source(
+        config.source,
+        revision=config.revision,
+        subset=config.subset,
+        split=config.split,
+        files=config.files or None,
+        format=config.format,
+    )
+
+
+def _preview_markdown(rows: list[dict]) -> str:
+    lines = ["| file | chars | opening |", "|---|---|---|"]
+    for r in rows:
+        opening = r["opening"].replace("|", "\\|")
+        lines.append(f"| {r['file']} | {r['chars']:,} | {opening} |")
+    return "\n".join(lines)
+
+
+def _run(
+    config: DatasetConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
+) -> dict[str, Any]:
+    spec = _spec(config)
+    resolved = resolve(spec)
+    if resolved.content_hash() != config.content:
+        raise SourceError(
+            config.source,
+            f"the source changed since this code location was loaded (content "
+            f"{config.content} then, {resolved.content_hash()} now); reload the code location "
+            "(or rerun the script) so the asset gets the version of the new content",
+        )
+    result = fetch(resolved, output_path, log=step.log)
+    check_text_field(result.files, config.text_key, source=config.source)
+    meta: dict[str, Any] = {
+        "source": spec.describe(),
+        "files": len(result.files),
+        "bytes": resolved.bytes,
+        "downloaded_files": len(result.downloaded),
+        "resumed_files": len(result.resumed),
+        "text_key": config.text_key,
+        "preview": dg.MetadataValue.md(_preview_markdown(preview(result.files, config.text_key))),
+        "source_files": dg.MetadataValue.json(resolved.manifest()),
+    }
+    if resolved.revision:
+        meta["revision"] = resolved.revision
+    if resolved.bytes <= COUNT_DOCUMENTS_MAX_BYTES or all(
+        f.format == "parquet" for f in resolved.files
+    ):
+        meta["documents"] = sum(count_records(p) for p in result.files)
+    return meta
+
+
+def dataset(
+    name: str,
+    source: str,
+    *,
+    revision: str | None = None,
+    subset: str | None = None,
+    split: str | None = None,
+    files: str | Sequence[str] | None = None,
+    format: str | None = None,
+    text_key: str = "text",
+    resources: str | ResourceConfig = "cpu",
+) -> dg.AssetsDefinition:
+    """A raw dataset fetched from `source` (local path/folder/glob, fsspec URL, http(s) URL,
+    or Hugging Face dataset id), verified, into `{prefix}/{name}-{version}`.
+
+    `format` ("jsonl", "parquet", "csv") is needed only where file extensions do not say it.
+    Errors in the source (not found, bad revision, empty, unknown format) are raised here,
+    naming the source; a missing text field is found when the asset runs, before SUCCESS.
+    """
+    check_name(name)
+    try:
+        spec = parse_source(
+            source, revision=revision, subset=subset, split=split, files=files, format=format
+        )
+        resolved = resolve(spec)
+    except SourceError as e:
+        raise SourceError(e.source, e.detail, factory=f"dataset({name!r})") from None
+    cfg = DatasetConfig(
+        source=source,
+        kind=spec.kind,
+        location=spec.location,
+        revision=spec.revision,
+        subset=subset,
+        split=split,
+        files=spec.files,
+        format=format,
+        content=resolved.content_hash(),
+        text_key=text_key,
+        resolved_revision=resolved.revision,
+    )
+    at = f" at {resolved.revision[:12]}" if resolved.revision else ""
+    return versioned_asset(
+        name=name,
+        kind="dataset",
+        config=cfg,
+        run=_run,
+        description=f"Raw dataset from `{spec.describe()}`{at}: {len(resolved.files)} file(s), "
+        f"{resolved.bytes:,} bytes, fetched and verified.",
+        resources=resources,
+        kinds=sorted({f.format for f in resolved.files}),
+    )
+
+
+_BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _name_part(part: str) -> str:
+    part = _BAD_NAME_CHARS.sub("_", part).strip(".")
+    return part if part and re.match(r"[A-Za-z0-9_]", part) else f"_{part}"
+
+
+def dataset_name(
+    source: str,
+    *,
+    revision: str | None = None,
+    subset: str | None = None,
+    split: str | None = None,
+    files: str | Sequence[str] | None = None,
+    format: str | None = None,
+) -> str:
+    """The asset name `as_dataset` gives a source: `raw/` and the source's own parts
+    (`raw/roneneldan/TinyStories`, `raw/<bucket>/<path>`, `raw/<file or folder name>`), plus
+    the subset and split, plus a short hash of any glob, file pattern or revision (so two
+    selections of one source are two assets)."""
+    spec = parse_source(
+        source, revision=revision, subset=subset, split=split, files=files, format=format
+    )
+    if spec.kind == "hub":
+        parts = spec.location.split("/") + [p for p in (subset, split) if p]
+    elif spec.kind == "local":
+        path = spec.location
+        fixed = [p for p in path.split("/") if p]
+        globbed = next((i for i, p in enumerate(fixed) if any(c in p for c in "*?[")), None)
+        fixed = fixed[:globbed] if globbed is not None else fixed
+        parts = fixed[-1:] or ["local"]
+    else:
+        rest = spec.location.split("://", 1)[1]
+        fixed = [p for p in rest.split("?")[0].split("/") if p]
+        globbed = next((i for i, p in enumerate(fixed) if any(c in p for c in "*?[")), None)
+        parts = fixed[:globbed] if globbed is not None else fixed
+    qualifiers = [
+        q
+        for q in (
+            spec.location if any(c in spec.location for c in "*?[") else "",
+            ",".join(spec.files),
+            spec.revision or "",
+            spec.format or "",
+        )
+        if q
+    ]
+    name_parts = ["raw", *(_name_part(p) for p in parts)]
+    if qualifiers:
+        digest = hashlib.sha256("|".join(qualifiers).encode()).hexdigest()[:6]
+        name_parts[-1] = f"{name_parts[-1]}-{digest}"
+    return check_name("/".join(name_parts))
+
+
+def as_dataset(
+    source: str | dg.AssetsDefinition, *, text_key: str = "text", **kw: Any
+) -> dg.AssetsDefinition:
+    """`source` itself if it is already an asset, else `dataset(dataset_name(source), source,
+    ...)`: what factories taking `source=` call so a path, URL or hub id works there too."""
+    if isinstance(source, dg.AssetsDefinition):
+        return source
+    if not isinstance(source, str):
+        raise TypeError(
+            f"a dataset source is an asset or a string (path, URL, hub id), not "
+            f"{type(source).__name__}"
+        )
+    name_kw = {k: kw[k] for k in ("revision", "subset", "split", "files", "format") if k in kw}
+    return dataset(dataset_name(source, **name_kw), source, text_key=text_key, **kw)

@@ -1,0 +1,1006 @@
+"""Dataset sources: where a raw dataset comes from, what it holds, and fetching it verified.
+
+A source is one of
+  - a local file, folder or glob (`/data/web`, `~/corpus/*.jsonl.zst`, `file:///data/x.csv`);
+  - any fsspec URL, file, folder or glob (`gs://bucket/path/*.jsonl.zst`, `s3://...`);
+  - an `http(s)://` URL of one file;
+  - a Hugging Face dataset id (`owner/name`, or `hf://datasets/owner/name`) with an optional
+    revision, subset (the hub's "config"), split and file pattern; `HF_ENDPOINT` selects the hub.
+
+Three steps, each its own function so the asset can call them at the right time:
+  `parse_source`  the spec, checked without I/O (unknown format, options that do not apply);
+  `resolve`       the files it names, each with size and what identifies its content (an
+                  object store's md5/crc32c/generation, an ETag, the hub's LFS sha256 or git
+                  blob id, a local file's size and mtime), and for the hub the commit; cheap,
+                  because it runs when the code location loads (the content digest is part of
+                  the asset's version, so a changed source changes every version downstream);
+  `fetch`         the files into an output folder: a file already there at its size is kept,
+                  a partial download resumes (Range request, or huggingface_hub's resume), each
+                  file is verified against the manifest (size, checksum where one is known) and
+                  only then appears under its name.
+`check_text_field` reads the first records of every fetched file through Zephyr's readers.
+
+Every error is a `SourceError` naming the source and saying what to do.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import glob as globlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
+
+from marin_dagster import fs
+from marin_dagster.zephyr.readers import (
+    Cursor,
+    InputError,
+    iter_file_records,
+    open_input,
+)
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("jsonl", "parquet", "csv")
+# Extensions per format. `.json` counts as JSON lines, as the hub's data files are.
+_FORMAT_SUFFIXES = {
+    "jsonl": (".jsonl", ".ndjson", ".json"),
+    "parquet": (".parquet",),
+    "csv": (".csv",),
+}
+_COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz")
+_CHUNK = 8 << 20
+PARTIAL_MARK = ".tmp-partial"  # contains fs's temp mark: manifests and listings skip it
+SAMPLE_RECORDS = 100
+"""Records of each file read to check the text field."""
+
+# Files of a hub repo that describe it rather than hold its data.
+_HUB_META = re.compile(
+    r"(^|/)(README|LICENSE|LICENCE|CITATION)[^/]*$|\.(md|py|ya?ml|txt\.lock)$|"
+    r"(^|/)(dataset_infos?|dataset_dict|state)\.json$",
+    re.IGNORECASE,
+)
+# Split names and the words the hub's data-file conventions accept for each.
+_SPLIT_WORDS = {
+    "train": ("train", "training"),
+    "validation": ("validation", "valid", "val", "dev"),
+    "test": ("test", "testing", "eval", "evaluation"),
+}
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+")
+_GLOB_CHARS = "*?["
+
+
+class SourceError(ValueError):
+    """A dataset source that cannot be used as given; the message names it and what to do."""
+
+    def __init__(self, source: str, message: str, *, factory: str = ""):
+        super().__init__(f"{factory + ': ' if factory else ''}dataset source {source!r}: {message}")
+        self.source, self.detail = source, message
+
+
+# -- the spec ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    """A parsed source: `kind` is "local", "fsspec", "http" or "hub"."""
+
+    kind: str
+    location: str
+    """An absolute local path or glob, a URL, or a hub repo id."""
+    revision: str | None = None
+    subset: str | None = None
+    split: str | None = None
+    files: tuple[str, ...] = ()
+    format: str | None = None
+    given: str = ""
+    """The source as the user wrote it, for messages."""
+
+    def describe(self) -> str:
+        parts = [self.given or self.location]
+        for key in ("revision", "subset", "split", "format"):
+            value = getattr(self, key)
+            if value:
+                parts.append(f"{key}={value}")
+        if self.files:
+            parts.append(f"files={list(self.files)}")
+        return " ".join(parts)
+
+
+def _has_glob(path: str) -> bool:
+    return any(c in path for c in _GLOB_CHARS)
+
+
+def parse_source(
+    source: str,
+    *,
+    revision: str | None = None,
+    subset: str | None = None,
+    split: str | None = None,
+    files: str | Sequence[str] | None = None,
+    format: str | None = None,
+) -> SourceSpec:
+    """The spec of `source`, checked without touching the source."""
+    if not isinstance(source, str) or not source.strip():
+        raise SourceError(str(source), "a source is a non-empty string (path, URL or hub id)")
+    given = source
+    if format is not None and format not in FORMATS:
+        raise SourceError(
+            given,
+            f"unknown format {format!r}; the formats are {', '.join(FORMATS)} "
+            "(compression .gz/.zst/.bz2/.xz comes from the file name)",
+        )
+    patterns = (files,) if isinstance(files, str) else tuple(files or ())
+    for p in patterns:
+        if not isinstance(p, str) or not p:
+            raise SourceError(given, f"files= takes glob patterns (strings), not {p!r}")
+    options = {"revision": revision, "subset": subset, "split": split}
+
+    kind, location = _classify(source.strip())
+    if kind != "hub":
+        named = [k for k, v in options.items() if v is not None]
+        if named:
+            raise SourceError(
+                given,
+                f"{', '.join(named)} apply to Hugging Face datasets only; this source is a "
+                f"{'local path' if kind == 'local' else 'URL'}: drop them, or select files "
+                "with files=... (glob patterns relative to the folder)",
+            )
+    if kind == "hub" and "@" in location:
+        location, _, inline = location.partition("@")
+        if revision is not None and revision != inline:
+            raise SourceError(given, f"two revisions given: @{inline} and revision={revision!r}")
+        revision = inline
+    return SourceSpec(kind, location, revision, subset, split, patterns, format, given)
+
+
+def _classify(source: str) -> tuple[str, str]:
+    if source.startswith("hf://"):
+        rest = source[len("hf://") :]
+        if not rest.startswith("datasets/") or not _HUB_ID.fullmatch(
+            rest[len("datasets/") :].split("@")[0]
+        ):
+            raise SourceError(
+                source, "hub sources are written hf://datasets/owner/name (or just owner/name)"
+            )
+        return "hub", rest[len("datasets/") :]
+    if source.startswith("file://"):
+        return "local", fs.normalize(source[len("file://") :])
+    if "://" in source:
+        scheme = source.split("://", 1)[0].lower()
+        if scheme in ("http", "https"):
+            return "http", source
+        return "fsspec", source.rstrip("/") if not _has_glob(source) else source
+    path = fs.normalize(source)
+    if os.path.exists(path) or os.path.isabs(os.path.expanduser(source)):
+        return "local", path
+    if source.startswith((".", "~")) or _has_glob(source):
+        return "local", path
+    if _HUB_ID.fullmatch(source.split("@")[0]):
+        return "hub", source
+    return "local", path
+
+
+# -- the manifest ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    name: str
+    """Its name in the output (relative; its extension says its format)."""
+    location: str
+    """Where to read it: a local path, a URL, or the path in the hub repo."""
+    size: int
+    """Bytes; -1 where the server does not say."""
+    identity: str
+    """What identifies this content: a checksum, an ETag, or a local file's size and mtime."""
+    format: str
+    checksum: str | None = None
+    """A checksum the fetched bytes must match: `sha256:`, `git-sha1:`, `md5:` (base64),
+    `crc32c:` (base64)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedSource:
+    spec: SourceSpec
+    files: tuple[SourceFile, ...]
+    revision: str | None = None
+    """The hub commit the files were listed at."""
+
+    @property
+    def bytes(self) -> int:
+        return sum(max(f.size, 0) for f in self.files)
+
+    def content_hash(self) -> str:
+        """A digest of the files' names, sizes and identities: it moves when any file changes.
+
+        The hub's commit is not in it: a commit that leaves the selected files as they were
+        (a README edit) does not re-download the dataset.
+        """
+        payload = [[f.name, f.size, f.identity] for f in self.files]
+        data = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+        return hashlib.sha256(data).hexdigest()[:16]
+
+    def manifest(self) -> list[dict[str, Any]]:
+        return [dataclasses.asdict(f) for f in self.files]
+
+
+def format_of(name: str) -> str | None:
+    """The format a file name says (`x.jsonl.zst` -> jsonl), or None."""
+    lower = name.lower()
+    for suffix in _COMPRESSED:
+        if lower.endswith(suffix):
+            lower = lower[: -len(suffix)]
+            break
+    for fmt, suffixes in _FORMAT_SUFFIXES.items():
+        if lower.endswith(suffixes):
+            if fmt == "parquet" and lower != name.lower():
+                return None  # a compressed Parquet file is not read as Parquet
+            return fmt
+    return None
+
+
+def _output_name(rel: str, fmt: str) -> str:
+    """`rel`, with the format's extension added when its own does not say it (data.txt ->
+    data.txt.jsonl), so downstream readers, which go by extension, read it right."""
+    if format_of(rel) == fmt:
+        return rel
+    comp = next((s for s in _COMPRESSED if rel.lower().endswith(s)), "")
+    base = rel[: len(rel) - len(comp)] if comp else rel
+    return f"{base}.{fmt}{comp}"
+
+
+def _pattern(pattern: str) -> re.Pattern[str]:
+    """A glob on relative paths: `*` and `?` stay inside one folder, `**` crosses folders."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[" and "]" in pattern[i + 1 :]:
+            end = pattern.index("]", i + 1)
+            body = pattern[i + 1 : end].replace("\\", "\\\\")
+            out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out))
+
+
+def _matches(rel: str, patterns: Iterable[str]) -> bool:
+    return any(_pattern(p.lstrip("/")).fullmatch(rel) for p in patterns)
+
+
+def _hidden(rel: str) -> bool:
+    return any(part.startswith(".") for part in rel.split("/")) or fs.is_temp_name(rel)
+
+
+def _select(
+    spec: SourceSpec, candidates: list[tuple[str, Any]], where: str
+) -> list[tuple[str, str, Any]]:
+    """`(output name, format, item)` for the candidates `(relative name, item)` that are data
+    files of the spec's format (and match its `files` patterns)."""
+    listed = [(rel, item) for rel, item in candidates if not _hidden(rel)]
+    if spec.files:
+        matched = [(rel, item) for rel, item in listed if _matches(rel, spec.files)]
+        if not matched:
+            raise SourceError(
+                spec.given,
+                f"no file {where} matches files={list(spec.files)}; the files there are "
+                f"{_some(rel for rel, _ in listed)}: fix the patterns",
+            )
+        listed = matched
+    if not listed:
+        raise SourceError(
+            spec.given, f"the source is empty: no files {where}; add data files or fix the path"
+        )
+    out = []
+    for rel, item in listed:
+        detected = format_of(rel)
+        if spec.format is None and detected is not None:
+            out.append((_output_name(rel, detected), detected, item))
+        elif spec.format is not None and detected in (spec.format, None):
+            out.append((_output_name(rel, spec.format), spec.format, item))
+    if not out:
+        raise SourceError(
+            spec.given,
+            f"unknown format: none of the files {where} ({_some(rel for rel, _ in listed)}) "
+            f"is {'a ' + spec.format + ' file' if spec.format else 'JSON lines, Parquet or CSV by its extension'} "
+            "(.jsonl/.json/.ndjson, .parquet, .csv, optionally .gz/.zst); pass format='jsonl', "
+            "'parquet' or 'csv' to read files whose extension does not say, and files=... to "
+            "pick them",
+        )
+    return out
+
+
+def _some(names: Iterable[str], n: int = 8) -> str:
+    names = sorted(names)
+    shown = ", ".join(names[:n])
+    return shown + (f" and {len(names) - n} more" if len(names) > n else "") if names else "none"
+
+
+def resolve(spec: SourceSpec) -> ResolvedSource:
+    """The files `spec` names, with sizes and identities (and for the hub the commit)."""
+    if spec.kind == "local":
+        resolved = _resolve_local(spec)
+    elif spec.kind == "fsspec":
+        resolved = _resolve_fsspec(spec)
+    elif spec.kind == "http":
+        resolved = _resolve_http(spec)
+    elif spec.kind == "hub":
+        resolved = _resolve_hub(spec)
+    else:
+        raise SourceError(spec.given, f"unknown source kind {spec.kind!r}")
+    if resolved.bytes == 0 and all(f.size == 0 for f in resolved.files):
+        raise SourceError(
+            spec.given,
+            f"the source is empty: its {len(resolved.files)} file(s) hold 0 bytes "
+            f"({_some(f.name for f in resolved.files)}); add data or point at another source",
+        )
+    return resolved
+
+
+def _resolve_local(spec: SourceSpec) -> ResolvedSource:
+    path = spec.location
+    if _has_glob(path):
+        base = _glob_base(path)
+        paths = [p for p in globlib.glob(path, recursive=True) if os.path.isfile(p)]
+        where = f"match {path}"
+    elif os.path.isdir(path):
+        base = path
+        paths = []
+        for root, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            paths.extend(os.path.join(root, n) for n in names)
+        where = f"under {path}"
+    elif os.path.isfile(path):
+        base, paths, where = os.path.dirname(path), [path], f"at {path}"
+    else:
+        hint = ""
+        if _HUB_ID.fullmatch(spec.given):
+            hint = " (a hub dataset id is written owner/name; this one was not found locally)"
+        raise SourceError(
+            spec.given,
+            f"no such file or folder: {path}{hint}; check the path (relative paths are "
+            f"relative to {os.getcwd()})",
+        )
+    candidates = [(os.path.relpath(p, base).replace(os.sep, "/"), p) for p in paths]
+    files = []
+    for name, fmt, p in _select(spec, candidates, where):
+        st = os.stat(p)
+        # Size and mtime, not a content hash: the code location is loaded by every run
+        # worker and step process, and hashing a large local corpus each time would cost
+        # more than the rerun a touched-but-unchanged file causes (a rerun, never a wrong skip).
+        files.append(SourceFile(name, p, st.st_size, f"mtime_ns={st.st_mtime_ns}", fmt))
+    return ResolvedSource(spec, tuple(sorted(files, key=lambda f: f.name)))
+
+
+def _glob_base(path: str) -> str:
+    parts = path.split("/")
+    fixed = []
+    for part in parts:
+        if _has_glob(part):
+            break
+        fixed.append(part)
+    return "/".join(fixed) or "/"
+
+
+def _object_identity(info: dict[str, Any]) -> tuple[str, str | None]:
+    """(identity, checksum) of an object from its fsspec info: content checksums first."""
+    if info.get("md5Hash"):
+        return f"md5:{info['md5Hash']}", f"md5:{info['md5Hash']}"
+    if info.get("crc32c"):
+        ident = f"crc32c:{info['crc32c']}"
+        return (ident + f":generation={info['generation']}" if info.get("generation") else ident), (
+            f"crc32c:{info['crc32c']}"
+        )
+    for key in ("generation", "ETag", "etag", "LastModified", "mtime", "updated", "created"):
+        if info.get(key):
+            return f"{key}={info[key]}", None
+    return "", None
+
+
+def _resolve_fsspec(spec: SourceSpec) -> ResolvedSource:
+    url = spec.location
+    protocol = url.split("://", 1)[0] + "://"
+    try:
+        fsys, root = fs.url_to_fs(url)
+        if _has_glob(url):
+            base = _glob_base(root)
+            infos = {p: i for p, i in fsys.glob(root, detail=True).items() if i["type"] == "file"}
+            where = f"match {url}"
+        elif fsys.isdir(root):
+            base = root.rstrip("/")
+            infos = fsys.find(root, detail=True)
+            where = f"under {url}"
+        elif fsys.exists(root):
+            base = root.rsplit("/", 1)[0]
+            infos = {root: fsys.info(root)}
+            where = f"at {url}"
+        else:
+            raise SourceError(
+                spec.given, f"not found: {url} does not exist; check the bucket and the path"
+            )
+    except SourceError:
+        raise
+    except (FileNotFoundError, PermissionError, OSError) as e:
+        raise SourceError(
+            spec.given, f"cannot list {url} ({type(e).__name__}: {e}); check the URL and access"
+        ) from e
+    candidates = [(p[len(base) + 1 :] if p.startswith(base + "/") else p, p) for p in infos]
+    files = []
+    for name, fmt, p in _select(spec, candidates, where):
+        info = infos[p]
+        identity, checksum = _object_identity(info)
+        full = p if p.startswith(protocol) else protocol + p
+        files.append(SourceFile(name, full, int(info.get("size") or 0), identity, fmt, checksum))
+    return ResolvedSource(spec, tuple(sorted(files, key=lambda f: f.name)))
+
+
+_HTTP_TIMEOUT = 60
+
+
+def _http_error(spec: SourceSpec, url: str, e: Exception) -> SourceError:
+    if isinstance(e, urllib.error.HTTPError):
+        what = {404: "not found", 403: "access denied", 401: "needs credentials"}.get(e.code, "")
+        return SourceError(
+            spec.given,
+            f"HTTP {e.code} {e.reason}{' (' + what + ')' if what else ''} for {url}; check the "
+            "URL (and that the file is public)",
+        )
+    return SourceError(spec.given, f"cannot reach {url} ({type(e).__name__}: {e}); check the URL")
+
+
+def _resolve_http(spec: SourceSpec) -> ResolvedSource:
+    url = spec.location
+    headers: Any
+    try:
+        request = urllib.request.Request(url, method="HEAD")
+        with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT) as response:
+            headers = response.headers
+    except urllib.error.HTTPError as e:
+        if e.code not in (405, 501):
+            raise _http_error(spec, url, e) from None
+        try:  # a server without HEAD: the headers of a GET, body unread
+            with urllib.request.urlopen(url, timeout=_HTTP_TIMEOUT) as response:
+                headers = response.headers
+        except (urllib.error.URLError, OSError) as e2:
+            raise _http_error(spec, url, e2) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise _http_error(spec, url, e) from None
+    path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+    rel = path.rstrip("/").rsplit("/", 1)[-1]
+    if not rel:
+        raise SourceError(spec.given, "the URL names no file; give the URL of a data file")
+    size = int(headers.get("Content-Length", -1))
+    etag, modified = headers.get("ETag"), headers.get("Last-Modified")
+    if etag:
+        identity = f"etag={etag}"
+    elif modified:
+        identity = f"last-modified={modified}"
+    else:
+        logger.warning(
+            f"{url}: the server gives no ETag or Last-Modified; a change of the same size "
+            "would go unnoticed"
+        )
+        identity = ""
+    md5 = headers.get("Content-MD5")
+    selected = _select(spec, [(rel, url)], f"at {url}")
+    name, fmt, _ = selected[0]
+    return ResolvedSource(
+        spec, (SourceFile(name, url, size, identity, fmt, f"md5:{md5}" if md5 else None),)
+    )
+
+
+def hub_endpoint() -> str:
+    """The hub `HF_ENDPOINT` names now (huggingface_hub reads it once, at import)."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def _hub_error(spec: SourceSpec, e: Exception) -> SourceError:
+    from huggingface_hub import errors
+
+    repo = spec.location
+    if isinstance(e, errors.RevisionNotFoundError):
+        return SourceError(
+            spec.given,
+            f"revision {spec.revision!r} does not exist in the hub dataset {repo}; use a "
+            "branch, tag or commit sha listed on its 'Files and versions' page",
+        )
+    if isinstance(e, errors.GatedRepoError):
+        return SourceError(
+            spec.given,
+            f"the hub dataset {repo} is gated; accept its terms on the hub and set HF_TOKEN",
+        )
+    if isinstance(e, errors.RepositoryNotFoundError):
+        return SourceError(
+            spec.given,
+            f"no dataset {repo!r} on the hub at {hub_endpoint()} (or it is private: set "
+            "HF_TOKEN); check the id (owner/name), or give a local path or URL",
+        )
+    if isinstance(e, errors.RemoteEntryNotFoundError):
+        return SourceError(
+            spec.given, f"a file of {repo} is gone from the hub ({e}); rerun to resolve again"
+        )
+    if isinstance(e, errors.OfflineModeIsEnabled):
+        return SourceError(
+            spec.given, "HF_HUB_OFFLINE is set, so the hub cannot be asked; unset it"
+        )
+    if isinstance(e, errors.HfHubHTTPError):
+        return SourceError(spec.given, f"the hub answered with an error: {e}".strip())
+    return SourceError(
+        spec.given,
+        f"the hub at {hub_endpoint()} is unreachable ({type(e).__name__}: {e}); check the "
+        "network or HF_ENDPOINT",
+    )
+
+
+def _hub_call(spec: SourceSpec, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    from huggingface_hub import errors
+
+    try:
+        return fn(*args, **kwargs)
+    except (errors.HfHubHTTPError, errors.OfflineModeIsEnabled) as e:
+        raise _hub_error(spec, e) from None
+    except OSError as e:  # connection errors (httpx's are OSErrors) and timeouts
+        raise _hub_error(spec, e) from None
+    except Exception as e:
+        if type(e).__module__.startswith(("httpx", "httpcore")):
+            raise _hub_error(spec, e) from None
+        raise
+
+
+def _resolve_hub(spec: SourceSpec) -> ResolvedSource:
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub_endpoint())
+    info = _hub_call(
+        spec, api.dataset_info, spec.location, revision=spec.revision, files_metadata=True
+    )
+    siblings = {s.rfilename: s for s in info.siblings or []}
+    candidates = [(rel, s) for rel, s in siblings.items() if not _HUB_META.search(rel)]
+    where = f"in the hub dataset {spec.location} at {info.sha[:12] if info.sha else '?'}"
+    card = info.card_data.to_dict() if info.card_data is not None else {}
+    candidates = _hub_subset_split(spec, candidates, card.get("configs"), where)
+    files = []
+    for name, fmt, s in _select(spec, candidates, where):
+        if s.lfs is not None:
+            size, checksum = s.lfs.size, f"sha256:{s.lfs.sha256}"
+        else:
+            size, checksum = (
+                (s.size if s.size is not None else -1),
+                (f"git-sha1:{s.blob_id}" if s.blob_id else None),
+            )
+        files.append(SourceFile(name, s.rfilename, size, checksum or "", fmt, checksum))
+    return ResolvedSource(spec, tuple(sorted(files, key=lambda f: f.name)), revision=info.sha)
+
+
+def _config_splits(data_files: Any) -> dict[str, list[str]]:
+    """A hub card config's data_files as {split: patterns}; files without a split are train."""
+    if isinstance(data_files, str):
+        return {"train": [data_files]}
+    if isinstance(data_files, dict):
+        return {k: [v] if isinstance(v, str) else list(v) for k, v in data_files.items()}
+    out: dict[str, list[str]] = {}
+    for entry in data_files or []:
+        if isinstance(entry, str):
+            out.setdefault("train", []).append(entry)
+        elif isinstance(entry, dict):
+            paths = entry.get("path", [])
+            out.setdefault(entry.get("split", "train"), []).extend(
+                [paths] if isinstance(paths, str) else paths
+            )
+    return out
+
+
+def _split_of(rel: str, split: str) -> bool:
+    words = _SPLIT_WORDS.get(split, (split,))
+    parts = rel.lower().split("/")
+    if any(p in words for p in parts[:-1]):
+        return True
+    stem = parts[-1]
+    return any(re.search(rf"(^|[-_.]){re.escape(w)}([-_.]|$)", stem) for w in words)
+
+
+def _hub_subset_split(
+    spec: SourceSpec, candidates: list[tuple[str, Any]], configs: Any, where: str
+) -> list[tuple[str, Any]]:
+    """The candidates of the spec's subset and split: from the dataset card's `configs`
+    where it declares them, else by the hub's folder and file-name conventions."""
+    if configs:
+        by_name = {c.get("config_name", "default"): c for c in configs if isinstance(c, dict)}
+        name = spec.subset
+        if name is None:
+            defaults = [n for n, c in by_name.items() if c.get("default")]
+            name = (
+                defaults[0]
+                if defaults
+                else "default"
+                if "default" in by_name
+                else next(iter(by_name))
+                if len(by_name) == 1
+                else None
+            )
+            if name is None:
+                raise SourceError(
+                    spec.given,
+                    f"the dataset has several subsets ({_some(by_name)}) and none is the "
+                    "default; pass subset=... naming one",
+                )
+        if name not in by_name:
+            raise SourceError(
+                spec.given,
+                f"no subset {name!r} {where}; its subsets are {_some(by_name)}: pass one of "
+                "them as subset=...",
+            )
+        splits = _config_splits(by_name[name].get("data_files"))
+        if spec.split is not None:
+            if spec.split not in splits:
+                raise SourceError(
+                    spec.given,
+                    f"no split {spec.split!r} in subset {name!r} {where}; its splits are "
+                    f"{_some(splits)}",
+                )
+            patterns = splits[spec.split]
+        else:
+            patterns = [p for ps in splits.values() for p in ps]
+        return [(rel, s) for rel, s in candidates if _matches(rel, patterns)]
+    if spec.subset is not None:
+        chosen = [(rel, s) for rel, s in candidates if rel.startswith(spec.subset + "/")]
+        if not chosen:
+            folders = {rel.split("/")[0] for rel, _ in candidates if "/" in rel}
+            raise SourceError(
+                spec.given,
+                f"no subset {spec.subset!r} {where}: the card declares no configs and no "
+                f"folder is named so (folders: {_some(folders)}); drop subset= or use files=",
+            )
+        candidates = chosen
+    if spec.split is not None:
+        chosen = [(rel, s) for rel, s in candidates if _split_of(rel, spec.split)]
+        if not chosen:
+            raise SourceError(
+                spec.given,
+                f"no file of split {spec.split!r} {where} (split names come from folder and "
+                f"file names; files: {_some(rel for rel, _ in candidates)}); check the split "
+                "or pick files with files=...",
+            )
+        candidates = chosen
+    return candidates
+
+
+# -- fetching ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchResult:
+    files: list[str]
+    """The fetched files' full paths in the output, in manifest order."""
+    downloaded: list[str]
+    kept: list[str]
+    """Names already complete in the output (a rerun after a killed run)."""
+    resumed: list[str]
+    """Names whose download continued a partial one."""
+    sha256: dict[str, str]
+    """sha256 of each file downloaded by this call."""
+
+
+def _staging_dir(output_path: str, staging: str | None) -> str:
+    if fs.is_local(output_path):
+        return fs.normalize(output_path)  # partials sit beside their targets: one rename
+    if staging:
+        return fs.normalize(staging)
+    key = hashlib.sha256(output_path.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "marin-dataset-staging", key)
+
+
+def fetch(
+    resolved: ResolvedSource,
+    output_path: str,
+    *,
+    staging: str | None = None,
+    log: logging.Logger | Any = logger,
+) -> FetchResult:
+    """Every file of `resolved` into `output_path`, verified, each under its name only once
+    complete; a rerun keeps finished files and resumes partial ones.
+
+    Partial downloads live in `staging` (a local folder; for a local output, the output
+    folder itself) as `<name>.tmp-partial`.
+    """
+    stage = _staging_dir(output_path, staging)
+    out_local = fs.is_local(output_path)
+    paths, downloaded, kept, resumed, digests = [], [], [], [], {}
+    for f in resolved.files:
+        target = fs.join(output_path, f.name)
+        paths.append(target)
+        if fs.exists(target):
+            fsys, p = fs.url_to_fs(target)
+            # A file appears under its name only after verification, so one of the right
+            # size is a finished download of a killed run, not a partial one.
+            if f.size < 0 or fsys.size(p) == f.size:
+                kept.append(f.name)
+                continue
+            fs.remove(target)
+        partial = os.path.join(stage, f.name + PARTIAL_MARK)
+        os.makedirs(os.path.dirname(partial), exist_ok=True)
+        offset = os.path.getsize(partial) if os.path.exists(partial) else 0
+        if f.size >= 0 and offset > f.size:
+            os.remove(partial)
+            offset = 0
+        if offset:
+            log.info(f"{f.name}: resuming the download at byte {offset:,} of {f.size:,}")
+            resumed.append(f.name)
+        _download(resolved, f, partial)
+        digests[f.name] = _verify(resolved, f, partial)
+        if out_local:
+            os.replace(partial, fs.url_to_fs(target)[1])
+        else:
+            fsys, p = fs.url_to_fs(target)
+            fsys.put_file(partial, p)  # an object appears whole once its upload completes
+            os.remove(partial)
+        downloaded.append(f.name)
+    log.info(
+        f"{resolved.spec.describe()}: {len(downloaded)} file(s) downloaded, {len(kept)} already "
+        f"there ({len(resumed)} resumed)"
+    )
+    return FetchResult(paths, downloaded, kept, resumed, digests)
+
+
+def _download(resolved: ResolvedSource, f: SourceFile, partial: str) -> None:
+    spec = resolved.spec
+    if spec.kind == "hub":
+        _download_hub(resolved, f, partial)
+        return
+    if spec.kind == "http":
+        _download_http(spec, f, partial)
+        return
+    try:
+        fsys, p = fs.url_to_fs(f.location)
+        with open(partial, "ab") as out, fsys.open(p, "rb") as src:
+            offset = out.tell()
+            if offset:
+                src.seek(offset)
+            _copy(src, out)
+    except FileNotFoundError:
+        raise SourceError(
+            spec.given, f"{f.location} is gone since the source was resolved; reload and rerun"
+        ) from None
+
+
+def _copy(src: IO[bytes], out: IO[bytes]) -> None:
+    while chunk := src.read(_CHUNK):
+        out.write(chunk)
+    out.flush()
+    os.fsync(out.fileno())
+
+
+def _download_http(spec: SourceSpec, f: SourceFile, partial: str) -> None:
+    offset = os.path.getsize(partial) if os.path.exists(partial) else 0
+    if f.size >= 0 and offset == f.size:
+        return
+    headers = {"Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+        if f.identity.startswith("etag="):
+            headers["If-Range"] = f.identity[len("etag=") :]  # a changed file comes back whole
+    request = urllib.request.Request(f.location, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT) as response:
+            mode = "ab" if offset and response.status == 206 else "wb"
+            with open(partial, mode) as out:
+                shutil.copyfileobj(response, out, _CHUNK)
+                out.flush()
+                os.fsync(out.fileno())
+    except urllib.error.HTTPError as e:
+        raise _http_error(spec, f.location, e) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise SourceError(
+            spec.given,
+            f"the download of {f.location} broke off ({type(e).__name__}: {e}); rerun to resume it",
+        ) from None
+
+
+def _download_hub(resolved: ResolvedSource, f: SourceFile, partial: str) -> None:
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.file_download import get_hf_file_metadata, http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    spec, endpoint = resolved.spec, hub_endpoint()
+    url = hf_hub_url(
+        spec.location,
+        f.location,
+        repo_type="dataset",
+        revision=resolved.revision or spec.revision,
+        endpoint=endpoint,
+    )
+    meta = _hub_call(spec, get_hf_file_metadata, url, endpoint=endpoint)
+    headers = build_hf_headers()
+    if _origin(meta.location) != _origin(endpoint):
+        headers.pop("authorization", None)  # a CDN's signed URL: the token stays on the hub
+    with open(partial, "ab") as out:
+        offset = out.tell()
+        if f.size >= 0 and offset == f.size:
+            return
+        # huggingface_hub's download, resumed with a Range request from `offset`; a server
+        # that ignores the range sends the whole file and http_get starts the file over.
+        _hub_call(
+            spec,
+            http_get,
+            meta.location,
+            out,
+            resume_size=offset,
+            headers=headers,
+            expected_size=f.size if f.size >= 0 else None,
+            displayed_filename=f.name,
+        )
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
+def _verify(resolved: ResolvedSource, f: SourceFile, partial: str) -> str:
+    """sha256 of the download; a size or checksum that differs from the manifest raises (and
+    the partial file is dropped, so the rerun fetches it again)."""
+    spec = resolved.spec
+    size = os.path.getsize(partial)
+    sha256 = hashlib.sha256()
+    kind, _, expected = (f.checksum or "").partition(":")
+    other: Any = None
+    if kind == "git-sha1":
+        other = hashlib.sha1(f"blob {size}\0".encode())
+    elif kind == "md5":
+        other = hashlib.md5()
+    elif kind == "crc32c":
+        try:
+            import google_crc32c
+
+            other = google_crc32c.Checksum()
+        except ImportError:  # gcsfs brings it; without it the size is the check
+            kind = ""
+    with open(partial, "rb") as src:
+        while chunk := src.read(_CHUNK):
+            sha256.update(chunk)
+            if other is not None:
+                other.update(chunk)
+    got = {
+        "sha256": sha256.hexdigest(),
+        "git-sha1": other.hexdigest() if kind == "git-sha1" else None,
+        "md5": base64.b64encode(other.digest()).decode() if kind == "md5" else None,
+        "crc32c": base64.b64encode(other.digest()).decode() if kind == "crc32c" else None,
+    }.get(kind)
+    problem = None
+    if f.size >= 0 and size != f.size:
+        problem = f"{size:,} bytes arrived, the source lists {f.size:,}"
+    elif kind and got != expected:
+        problem = f"its {kind} is {got}, the source lists {expected}"
+    elif spec.kind == "local":
+        st = os.stat(f.location)
+        if f.identity != f"mtime_ns={st.st_mtime_ns}" or st.st_size != f.size:
+            problem = "the file changed while it was copied"
+    if problem:
+        os.remove(partial)
+        raise SourceError(
+            spec.given,
+            f"{f.name} failed verification ({problem}); the partial copy was dropped: rerun "
+            "to fetch it again (if it keeps failing, the source changed: reload the code "
+            "location so the asset gets the new version)",
+        )
+    return sha256.hexdigest()
+
+
+# -- records -----------------------------------------------------------------
+
+
+def check_text_field(
+    paths: Sequence[str], text_key: str, *, source: str, sample: int = SAMPLE_RECORDS
+) -> int:
+    """Read the first `sample` records of every file: each must be an object whose `text_key`
+    is a string. Returns how many records were read; a source with none raises."""
+    read = 0
+    for path in paths:
+        fmt = format_of(path) or "jsonl"
+        cursor = Cursor()
+        try:
+            for i, record in enumerate(iter_file_records(path, fmt, cursor=cursor)):
+                if i >= sample:
+                    break
+                read += 1
+                where = cursor.describe() if fmt == "jsonl" else f"record {i} of {path}"
+                if not isinstance(record, dict):
+                    raise SourceError(
+                        source,
+                        f"{where} is a {type(record).__name__}, not an object with fields; "
+                        "each record must be an object with a text field",
+                    )
+                if text_key not in record:
+                    raise SourceError(
+                        source,
+                        f"{where} has no field {text_key!r}; its fields are {sorted(record)}: "
+                        "pass text_key=<the field holding the text>",
+                    )
+                if not isinstance(record[text_key], str):
+                    raise SourceError(
+                        source,
+                        f"{where}: field {text_key!r} is a {type(record[text_key]).__name__}, "
+                        "not a string; pass text_key=<the field holding the text>",
+                    )
+        except InputError as e:
+            raise SourceError(
+                source, f"{e} (if the file is in another format, pass format=...)"
+            ) from None
+    if read == 0:
+        raise SourceError(
+            source,
+            f"the source is empty: its {len(paths)} file(s) hold no records; add data or "
+            "point at another source",
+        )
+    return read
+
+
+def count_records(path: str) -> int:
+    """Records in one file: Parquet from its footer, JSON lines by their non-blank lines,
+    CSV by its rows."""
+    fmt = format_of(path) or "jsonl"
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        fsys, p = fs.url_to_fs(path)
+        with fsys.open(p, "rb") as f:
+            return pq.ParquetFile(f).metadata.num_rows
+    if fmt == "jsonl":
+        n = 0
+        with open_input(path) as f:
+            for line in f:
+                if line.strip():
+                    n += 1
+        return n
+    from marin_dagster.zephyr.readers import iter_csv_batches
+
+    return sum(b.num_rows for b in iter_csv_batches(path))
+
+
+def preview(paths: Sequence[str], text_key: str, n: int = 5, chars: int = 100) -> list[dict]:
+    """The first `n` records (file name, the text's opening and length)."""
+    rows: list[dict] = []
+    for path in paths:
+        fmt = format_of(path) or "jsonl"
+        for record in iter_file_records(path, fmt):
+            text = record.get(text_key, "") if isinstance(record, dict) else ""
+            rows.append(
+                {
+                    "file": fs.basename(path),
+                    "chars": len(text),
+                    "opening": " ".join(str(text).split())[:chars],
+                }
+            )
+            if len(rows) >= n:
+                return rows
+            if len(rows) >= 2 and len(paths) > 1:
+                break  # a few from each file rather than all from the first
+    return rows
