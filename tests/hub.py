@@ -62,7 +62,8 @@ class Interruption:
 class Request:
     method: str
     path: str
-    headers: dict[str, str]
+    headers: Any
+    """The request's headers (an email.message.Message: `.get(name)` ignores case)."""
 
 
 class _Server:
@@ -91,7 +92,7 @@ class _Server:
         self.thread.start()
 
     def _handle(self, handler: http.server.BaseHTTPRequestHandler) -> None:
-        self.requests.append(Request(handler.command, handler.path, dict(handler.headers)))
+        self.requests.append(Request(handler.command, handler.path, handler.headers))
         try:
             self.route(handler)
         except (BrokenPipeError, ConnectionResetError):

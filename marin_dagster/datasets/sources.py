@@ -29,11 +29,11 @@ import base64
 import dataclasses
 import glob as globlib
 import hashlib
+import http.client
 import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 import urllib.error
 import urllib.parse
@@ -787,6 +787,8 @@ def _download(resolved: ResolvedSource, f: SourceFile, partial: str) -> None:
         raise SourceError(
             spec.given, f"{f.location} is gone since the source was resolved; reload and rerun"
         ) from None
+    except OSError as e:  # a read from the store failed midway: what arrived is kept
+        raise _broke_off(spec, f, partial, e) from None
 
 
 def _copy(src: IO[bytes], out: IO[bytes]) -> None:
@@ -810,16 +812,28 @@ def _download_http(spec: SourceSpec, f: SourceFile, partial: str) -> None:
         with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT) as response:
             mode = "ab" if offset and response.status == 206 else "wb"
             with open(partial, mode) as out:
-                shutil.copyfileobj(response, out, _CHUNK)
+                # read1 hands over what has arrived, so a connection that breaks keeps
+                # every byte received for the resumed download
+                while chunk := response.read1(_CHUNK):
+                    out.write(chunk)
                 out.flush()
                 os.fsync(out.fileno())
     except urllib.error.HTTPError as e:
         raise _http_error(spec, f.location, e) from None
-    except (urllib.error.URLError, OSError) as e:
-        raise SourceError(
-            spec.given,
-            f"the download of {f.location} broke off ({type(e).__name__}: {e}); rerun to resume it",
-        ) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        raise _broke_off(spec, f, partial, e) from None
+    got = os.path.getsize(partial)
+    if f.size >= 0 and got < f.size:
+        raise _broke_off(spec, f, partial, EOFError(f"{got:,} of {f.size:,} bytes"))
+
+
+def _broke_off(spec: SourceSpec, f: SourceFile, partial: str, e: BaseException) -> SourceError:
+    got = os.path.getsize(partial) if os.path.exists(partial) else 0
+    return SourceError(
+        spec.given,
+        f"the download of {f.location} broke off after {got:,} bytes ({type(e).__name__}: "
+        f"{e}); rerun to resume it from there",
+    )
 
 
 def _download_hub(resolved: ResolvedSource, f: SourceFile, partial: str) -> None:
