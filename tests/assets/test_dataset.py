@@ -1,0 +1,227 @@
+"""dataset(...) and as_dataset(...) as assets with a real Dagster instance: local, gs://
+(the emulator), http and stand-in hub sources; versions downstream; bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import dagster as dg
+import pytest
+
+from assets import as_dataset, dataset, deduplicated
+from marin_dagster import fs
+from marin_dagster.datasets.files import dataset_files
+from marin_dagster.datasets.sources import SourceError
+from marin_dagster.execution.asset import step_for
+from marin_dagster.execution.status import StepStatus, read_status
+from resources.storage import StorageResource
+from resources.zephyr import ZephyrResource
+from tests.hub import serve_files, stand_in_hub
+
+TEXTS = [f"line {i}: all the world's a stage" for i in range(6)]
+
+
+def _jsonl(texts: list[str], key: str = "text") -> bytes:
+    return "".join(json.dumps({"id": f"d{i}", key: t}) + "\n" for i, t in enumerate(texts)).encode()
+
+
+def _meta(result: dg.ExecuteInProcessResult, asset: dg.AssetsDefinition) -> dict:
+    return {
+        k: v.value
+        for k, v in result.asset_materializations_for_node(asset.op.name)[0].metadata.items()
+    }
+
+
+def _version(asset: dg.AssetsDefinition) -> str:
+    return asset.code_versions_by_key[asset.key]
+
+
+def _resources(prefix: str) -> dict:
+    return {"storage": StorageResource(prefix=prefix), "zephyr": ZephyrResource(max_workers=1)}
+
+
+def test_local_dataset_feeds_dedup_and_a_changed_file_changes_both_versions(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    # d0..d5 plus an exact copy of two of them in the second file
+    (src / "a.jsonl").write_bytes(_jsonl(TEXTS))
+    (src / "b.jsonl.gz").write_bytes(gzip.compress(_jsonl(TEXTS[:2]).replace(b'"d', b'"e')))
+    resources = _resources(str(tmp_path / "data"))
+    raw = dataset("raw/notes", str(src))
+    clean = deduplicated("dedup/notes", source=raw, mode="exact")
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([raw, clean], instance=instance, resources=resources)
+        meta = _meta(result, raw)
+        assert meta["skipped"] is False
+        assert meta["files"] == 2 and meta["documents"] == 8
+        assert meta["bytes"] == sum(p.stat().st_size for p in src.iterdir())
+        assert "| a.jsonl |" in meta["preview"] and "all the world" in meta["preview"]
+        assert meta["source"] == str(src)
+        output = meta["path"]
+        assert read_status(output).status == StepStatus.SUCCESS
+        assert [os.path.basename(p) for p in dataset_files(output)] == ["a.jsonl", "b.jsonl.gz"]
+        assert _meta(result, clean)["document_duplicates"] == 2
+
+        # nothing changed: the same versions when the experiment is loaded again, and a skip
+        raw_again = dataset("raw/notes", str(src))
+        clean_again = deduplicated("dedup/notes", source=raw_again, mode="exact")
+        assert _version(raw_again) == _version(raw)
+        assert _version(clean_again) == _version(clean)
+        again = dg.materialize([raw_again, clean_again], instance=instance, resources=resources)
+        assert _meta(again, raw_again)["skipped"] is True
+        assert _meta(again, clean_again)["skipped"] is True
+
+        # one changed file: a new dataset version, hence a new dedup version, and real work
+        (src / "a.jsonl").write_bytes(_jsonl(TEXTS + ["a new line"]))
+        raw_new = dataset("raw/notes", str(src))
+        clean_new = deduplicated("dedup/notes", source=raw_new, mode="exact")
+        assert _version(raw_new) != _version(raw)
+        assert _version(clean_new) != _version(clean)
+        third = dg.materialize([raw_new, clean_new], instance=instance, resources=resources)
+        assert _meta(third, raw_new)["skipped"] is False
+        assert _meta(third, raw_new)["documents"] == 9
+        assert _meta(third, clean_new)["document_total"] == 9
+        assert read_status(output).status == StepStatus.SUCCESS  # the old version stays
+
+
+def test_hub_dataset_asset_records_the_commit_and_skips_when_unchanged(tmp_path):
+    files = {
+        "data/train-00000-of-00001.jsonl": _jsonl(TEXTS),
+        "data/test-00000-of-00001.jsonl": _jsonl(TEXTS[:1]),
+        "README.md": b"# tiny\n",
+    }
+    with stand_in_hub(datasets={"someone/tiny": files}) as hub:
+        raw = as_dataset("someone/tiny", split="train")
+        assert step_for(raw).name == "raw/someone/tiny/train"
+        assert as_dataset(raw) is raw
+        resources = _resources(str(tmp_path / "data"))
+        with dg.instance_for_test() as instance:
+            result = dg.materialize([raw], instance=instance, resources=resources)
+            meta = _meta(result, raw)
+            commit = hub.add("someone/tiny", {**files, "README.md": b"# tiny, edited\n"})
+            assert meta["revision"] != commit and len(meta["revision"]) == 40
+            assert meta["documents"] == 6 and meta["files"] == 1
+            assert [os.path.relpath(p, meta["path"]) for p in dataset_files(meta["path"])] == [
+                "data/train-00000-of-00001.jsonl"
+            ]
+            # a commit that leaves the train files as they were: same version, skipped
+            again_asset = as_dataset("someone/tiny", split="train")
+            assert _version(again_asset) == _version(raw)
+            again = dg.materialize([again_asset], instance=instance, resources=resources)
+            assert _meta(again, again_asset)["skipped"] is True
+
+
+def test_gs_dataset_through_the_emulator_into_a_gs_prefix(gcs_prefix):
+    import zstandard
+
+    fs.write_bytes(f"{gcs_prefix}/src/web/0.jsonl.zst", zstandard.compress(_jsonl(TEXTS)))
+    fs.write_bytes(f"{gcs_prefix}/src/web/1.jsonl.zst", zstandard.compress(_jsonl(TEXTS[:3])))
+    source = f"{gcs_prefix}/src/web/*.jsonl.zst"
+    raw = as_dataset(source)
+    assert step_for(raw).name.startswith("raw/marin-test/")
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw], instance=instance, resources=_resources(f"{gcs_prefix}/data")
+        )
+    meta = _meta(result, raw)
+    assert meta["path"].startswith("gs://") and meta["documents"] == 9
+    assert dataset_files(meta["path"]) == [
+        f"{meta['path']}/0.jsonl.zst",
+        f"{meta['path']}/1.jsonl.zst",
+    ]
+    assert read_status(meta["path"]).status == StepStatus.SUCCESS
+    assert fs.read_bytes(f"{meta['path']}/1.jsonl.zst") == zstandard.compress(_jsonl(TEXTS[:3]))
+
+
+def test_http_dataset_asset(tmp_path):
+    with serve_files({"dl/corpus.jsonl.gz": gzip.compress(_jsonl(TEXTS))}) as server:
+        raw = dataset("raw/web", server.url("dl/corpus.jsonl.gz"))
+        with dg.instance_for_test() as instance:
+            result = dg.materialize([raw], instance=instance, resources=_resources(str(tmp_path)))
+        assert _meta(result, raw)["documents"] == 6
+
+
+def test_bad_sources_fail_when_the_experiment_is_loaded(tmp_path):
+    with stand_in_hub(datasets={"someone/tiny": {"train.jsonl": _jsonl(TEXTS)}}):
+        with pytest.raises(
+            SourceError, match=r"^dataset\('raw/x'\): dataset source 'someone/nothing': no dataset"
+        ):
+            dataset("raw/x", "someone/nothing")
+        with pytest.raises(SourceError, match=r"revision 'nope' does not exist"):
+            dataset("raw/x", "someone/tiny", revision="nope")
+    with serve_files({}) as server:
+        with pytest.raises(SourceError, match=r"HTTP 404"):
+            dataset("raw/x", server.url("gone.jsonl"))
+    with pytest.raises(SourceError, match=r"unknown format 'txt'"):
+        dataset("raw/x", str(tmp_path), format="txt")
+    with pytest.raises(SourceError, match=r"the source is empty"):
+        dataset("raw/x", str(tmp_path))
+    with pytest.raises(ValueError, match=r"asset name '\.\./x' is not allowed"):
+        dataset("../x", str(tmp_path))
+
+
+def test_a_missing_text_field_fails_the_run_before_success(tmp_path):
+    src = tmp_path / "src.jsonl"
+    src.write_bytes(_jsonl(TEXTS, key="body"))
+    raw = dataset("raw/bodies", str(src))
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw],
+            instance=instance,
+            resources=_resources(str(tmp_path / "data")),
+            raise_on_error=False,
+        )
+    assert not result.success
+    error = result.get_step_failure_events()[0].step_failure_data.error
+    output = StorageResource(prefix=str(tmp_path / "data")).output_path("raw/bodies", _version(raw))
+    record = read_status(output)
+    assert record.status == StepStatus.FAILED
+    for failure in (error.cause.message, record.error):
+        assert f"dataset source '{src}'" in failure and "line 1 of" in failure
+        assert "no field 'text'" in failure and "['body', 'id']" in failure
+        assert "text_key=" in failure
+    # the same source with its text field named: another config, the same bytes, SUCCESS
+    fixed = dataset("raw/bodies", str(src), text_key="body")
+    with dg.instance_for_test() as instance:
+        ok = dg.materialize(
+            [fixed], instance=instance, resources=_resources(str(tmp_path / "data"))
+        )
+    assert _meta(ok, fixed)["documents"] == 6
+
+
+def test_a_source_changed_after_loading_is_not_written_under_the_old_version(tmp_path):
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(_jsonl(TEXTS))
+    raw = dataset("raw/a", str(src))
+    src.write_bytes(_jsonl(TEXTS[:2]))
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw],
+            instance=instance,
+            resources=_resources(str(tmp_path / "data")),
+            raise_on_error=False,
+        )
+    assert not result.success
+    output = StorageResource(prefix=str(tmp_path / "data")).output_path("raw/a", _version(raw))
+    record = read_status(output)
+    assert record.status == StepStatus.FAILED
+    assert "changed since this code location was loaded" in record.error
+    assert "reload" in record.error
+    assert not os.path.exists(os.path.join(output, "a.jsonl"))
+
+
+def test_as_dataset_names(tmp_path):
+    from assets.dataset import dataset_name
+
+    assert dataset_name("roneneldan/TinyStories") == "raw/roneneldan/TinyStories"
+    assert dataset_name("allenai/c4", subset="en", split="train") == "raw/allenai/c4/en/train"
+    pinned = dataset_name("allenai/c4", revision="abc")
+    assert pinned.startswith("raw/allenai/c4-") and pinned != dataset_name("allenai/c4")
+    a = dataset_name("gs://bucket/web crawl/*.jsonl.zst")
+    b = dataset_name("gs://bucket/web crawl/*.parquet")
+    assert a.startswith("raw/bucket/web_crawl-") and a != b
+    assert dataset_name(str(tmp_path / "corpus")) == "raw/corpus"
+    with pytest.raises(TypeError, match="an asset or a string"):
+        as_dataset(42)  # type: ignore[arg-type]
