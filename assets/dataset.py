@@ -40,6 +40,7 @@ from marin_dagster.iris import ResourceConfig
 # Counting documents reads every JSON lines or CSV file once more; past this size the count
 # is left out of the metadata (Parquet counts come from the footers whatever the size).
 COUNT_DOCUMENTS_MAX_BYTES = 2 << 30
+MANIFEST_METADATA_FILES = 100
 
 
 class DatasetConfig(StepConfig):
@@ -103,7 +104,9 @@ def _run(
         "resumed_files": len(result.resumed),
         "text_key": config.text_key,
         "preview": dg.MetadataValue.md(_preview_markdown(preview(result.files, config.text_key))),
-        "source_files": dg.MetadataValue.json(resolved.manifest()),
+        # the first files only: the status file keeps the metadata, and sources can hold
+        # many thousands of files
+        "source_files": dg.MetadataValue.json(resolved.manifest()[:MANIFEST_METADATA_FILES]),
     }
     if resolved.revision:
         meta["revision"] = resolved.revision

@@ -536,10 +536,12 @@ def _hub_error(spec: SourceSpec, e: Exception) -> SourceError:
             f"the hub dataset {repo} is gated; accept its terms on the hub and set HF_TOKEN",
         )
     if isinstance(e, errors.RepositoryNotFoundError):
+        local = fs.normalize(spec.given)
         return SourceError(
             spec.given,
             f"no dataset {repo!r} on the hub at {hub_endpoint()} (or it is private: set "
-            "HF_TOKEN); check the id (owner/name), or give a local path or URL",
+            f"HF_TOKEN), and no local file or folder {local}; check the id (owner/name) or "
+            "the path",
         )
     if isinstance(e, errors.RemoteEntryNotFoundError):
         return SourceError(
@@ -630,6 +632,8 @@ def _hub_subset_split(
 ) -> list[tuple[str, Any]]:
     """The candidates of the spec's subset and split: from the dataset card's `configs`
     where it declares them, else by the hub's folder and file-name conventions."""
+    if spec.files and spec.subset is None and spec.split is None:
+        return candidates  # files= alone picks from the whole repo, as data_files= does
     if configs:
         by_name = {c.get("config_name", "default"): c for c in configs if isinstance(c, dict)}
         name = spec.subset
@@ -837,7 +841,7 @@ def _broke_off(spec: SourceSpec, f: SourceFile, partial: str, e: BaseException) 
 
 
 def _download_hub(resolved: ResolvedSource, f: SourceFile, partial: str) -> None:
-    from huggingface_hub import hf_hub_url
+    from huggingface_hub import errors, hf_hub_url
     from huggingface_hub.file_download import get_hf_file_metadata, http_get
     from huggingface_hub.utils import build_hf_headers
 
@@ -859,16 +863,22 @@ def _download_hub(resolved: ResolvedSource, f: SourceFile, partial: str) -> None
             return
         # huggingface_hub's download, resumed with a Range request from `offset`; a server
         # that ignores the range sends the whole file and http_get starts the file over.
-        _hub_call(
-            spec,
-            http_get,
-            meta.location,
-            out,
-            resume_size=offset,
-            headers=headers,
-            expected_size=f.size if f.size >= 0 else None,
-            displayed_filename=f.name,
-        )
+        try:
+            http_get(
+                meta.location,
+                out,
+                resume_size=offset,
+                headers=headers,
+                expected_size=f.size if f.size >= 0 else None,
+                displayed_filename=f.name,
+            )
+        except (errors.HfHubHTTPError, errors.OfflineModeIsEnabled) as e:
+            raise _hub_error(spec, e) from None
+        except Exception as e:  # connection lost past http_get's retries, size mismatch
+            if isinstance(e, OSError) or type(e).__module__.startswith(("httpx", "httpcore")):
+                out.flush()
+                raise _broke_off(spec, f, partial, e) from None
+            raise
         out.flush()
         os.fsync(out.fileno())
 

@@ -276,6 +276,12 @@ def test_hub_dataset_with_revision_subset_split_and_files(tmp_path):
         assert [f.name for f in fr.files] == ["fr/part-0.jsonl"]
         picked = resolve(parse_source("someone/corpus", files="en/*-00001-*"))
         assert [f.name for f in picked.files] == ["en/train-00001-of-00002.parquet"]
+        # files= alone picks from the whole repo, outside the default subset too
+        anywhere = resolve(parse_source("someone/corpus", files=["fr/*", "**/validation-*"]))
+        assert [f.name for f in anywhere.files] == [
+            "en/validation-00000-of-00001.jsonl",
+            "fr/part-0.jsonl",
+        ]
 
         # a new commit that leaves the data as it was keeps the content hash; new data moves it
         files = _hub_files()
