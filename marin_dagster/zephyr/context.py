@@ -18,13 +18,10 @@ import logging
 import os
 import shutil
 import tempfile
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import cloudpickle
 
 from marin_dagster import fs
 from marin_dagster.zephyr import shared
@@ -36,6 +33,7 @@ from marin_dagster.zephyr.plan import (
     CollectSink,
     ItemsInput,
     JoinStep,
+    LimitSink,
     MaterializeSink,
     PhysicalPlan,
     ReduceSink,
@@ -46,6 +44,7 @@ from marin_dagster.zephyr.plan import (
     compute_plan,
 )
 from marin_dagster.zephyr.progress import ProgressEvent, StageProgress
+from marin_dagster.zephyr.resources import TaskResources, machine_memory
 from marin_dagster.zephyr.runtime import Task
 
 logger = logging.getLogger(__name__)
@@ -106,6 +105,24 @@ def _split_materialized(values: list[tuple[str, list[int]]], n: int) -> list[Chu
     return out
 
 
+class TaskContext:
+    """What a ZephyrContext becomes inside a task: a reader of the shared objects."""
+
+    def get_shared(self, name: str) -> Any:
+        return shared.get_shared(name)
+
+    def put(self, name: str, obj: Any) -> None:
+        raise RuntimeError(
+            "ctx.put() was called inside a Zephyr task; put shared objects on the driver, "
+            "before execute()"
+        )
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            "ctx.execute() was called inside a Zephyr task; run pipelines from the driver"
+        )
+
+
 class ZephyrContext:
     """Runs Datasets.
 
@@ -113,8 +130,11 @@ class ZephyrContext:
     backend: "local" (worker processes, the default), "ray", or "inline" (in this process).
     memory_budget: bytes of records one task buffers in a shuffle before spilling a run.
     stage_resources: per-stage task resources, keyed by stage index or by a substring of
-        the stage name (e.g. {"group_by": {"num_cpus": 2}}); Ray passes them to ray tasks,
-        the local backend runs max_workers // num_cpus such tasks at once.
+        the stage name; each a dict ({"num_cpus": 2, "memory": "4g"}), a string
+        ("cpu:2,memory:4g") or a ResourceConfig. They override the operations' own
+        `resources=` hints. Ray passes them to Ray tasks (num_cpus, memory, num_gpus);
+        locally, max_workers // cpus such tasks run at once, each pinned to that many
+        cores, and a worker over its task's memory is killed and the task retried.
     max_shard_failures: attempts per shard before the run fails (user errors: one).
     progress: called with a ProgressEvent at each stage start and finished shard.
     """
@@ -124,7 +144,7 @@ class ZephyrContext:
         max_workers: int | None = None,
         backend: str = "local",
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
-        stage_resources: dict[int | str, dict[str, Any]] | None = None,
+        stage_resources: dict[int | str, Any] | None = None,
         max_shard_failures: int = 3,
         max_worker_losses: int = 5,
         scratch_dir: str | None = None,
@@ -140,6 +160,11 @@ class ZephyrContext:
         self.backend_name = backend
         self.memory_budget = memory_budget
         self.stage_resources = dict(stage_resources or {})
+        # Parsed now, so a mistyped request fails here, naming its key, not mid-run.
+        self._stage_resources = {
+            k: TaskResources.parse(v, f"stage_resources[{k!r}]")
+            for k, v in self.stage_resources.items()
+        }
         self.max_shard_failures = max_shard_failures
         self.max_worker_losses = max_worker_losses
         self.progress = progress
@@ -147,7 +172,8 @@ class ZephyrContext:
         self._backend_options = backend_options
         self._backend: Backend | None = None
         self._scratch_root = tempfile.mkdtemp(prefix="zephyr-", dir=scratch_dir)
-        self._shared: dict[str, str] = {}
+        self._shared_objects: dict[str, Any] = {}
+        self._shared: dict[str, Any] = {}  # name -> the current backend's handle
         self._finalizer = weakref.finalize(self, ZephyrContext._cleanup, self._scratch_root, [None])
         if backend not in ("local", "ray", "inline"):
             raise ValueError(
@@ -179,13 +205,14 @@ class ZephyrContext:
             with contextlib.suppress(Exception):
                 self._backend.shutdown()
             self._backend = None
+        self._shared = {}  # handles belong to the backend (Ray refs die with it)
 
     def shutdown(self) -> None:
         """Stop the workers and remove scratch and shared objects."""
+        for handle in self._shared.values():
+            shared.forget(handle.key)
         self._discard_backend()
-        for path in self._shared.values():
-            shared.forget(path)
-        self._shared = {}
+        self._shared_objects = {}
         shutil.rmtree(self._scratch_root, ignore_errors=True)
 
     def __enter__(self) -> ZephyrContext:
@@ -196,24 +223,43 @@ class ZephyrContext:
 
     # --- shared objects -------------------------------------------------------------
 
-    def upload_shared(self, name: str, obj: Any) -> None:
-        """Make `obj` available to every task as get_shared(name), shipped once per worker."""
-        folder = os.path.join(self._scratch_root, "shared")
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{uuid.uuid4().hex}.pkl")
-        with open(path, "wb") as f:
-            cloudpickle.dump(obj, f)
-        old = self._shared.get(name)
-        if old:
-            shared.forget(old)
-        self._shared[name] = path
+    def put(self, name: str, obj: Any) -> None:
+        """Make `obj` available to every task as get_shared(name), shipped once per worker.
+
+        Inside a task, read it with `ctx.get_shared(name)` (a function may capture the
+        context) or `marin_dagster.zephyr.get_shared(name)`. The object is handed to the
+        backend once, at the next execute(): pickled once to a file for local workers,
+        one ray.put for Ray; each worker process loads it once, when a task first asks.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"put() needs a non-empty string name, got {name!r}")
+        self._shared_objects[name] = obj
+        old = self._shared.pop(name, None)
+        if old is not None:
+            shared.forget(old.key)
+
+    upload_shared = put
 
     def get_shared(self, name: str) -> Any:
-        token = shared.set_registry(self._shared)
-        try:
-            return shared.get_shared(name)
-        finally:
-            shared.reset_registry(token)
+        """The object put under `name` (in the driver, or inside a task)."""
+        if name not in self._shared_objects:
+            raise KeyError(
+                f"no shared object {name!r}; put it first with ctx.put({name!r}, obj) "
+                f"(known: {sorted(self._shared_objects)})"
+            )
+        return self._shared_objects[name]
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        # A function that captured the context (the guide's `ctx.get_shared("model")` in a
+        # map) travels to workers with it: send a small view that reads the task's shared
+        # objects, never the driver's workers, sockets and locks (or the objects).
+        return (TaskContext, ())
+
+    def _shared_handles(self, backend: Backend) -> dict[str, Any]:
+        for name, obj in self._shared_objects.items():
+            if name not in self._shared:
+                self._shared[name] = backend.share(obj, os.path.join(self._scratch_root, "shared"))
+        return dict(self._shared)
 
     # --- execution ------------------------------------------------------------------
 
@@ -288,6 +334,11 @@ class ZephyrContext:
             outputs[stage.index] = values
         final = plan.final
         values = outputs[final.index]
+        if isinstance(final.sink, LimitSink):
+            # Shards that were never started hold None; the rest, in order, then the first n.
+            out = [x for shard in values if shard is not None for x in shard][: final.sink.n]
+            counters.builtin["records_out"] = len(out)
+            return out
         if isinstance(final.sink, CollectSink):
             return [x for shard in values for x in shard]
         return list(values)
@@ -303,6 +354,11 @@ class ZephyrContext:
                 ShuffleInput([run for v in values for run in v.get(p, [])], prev.sink.op)
                 for p in range(stage.num_shards)
             ]
+        if isinstance(prev.sink, LimitSink):
+            slices = [
+                (path, 0, len(counts)) for v in values if v is not None for path, counts in [v]
+            ]
+            return [ChunkInput(slices, 0, stage.limit)]
         if isinstance(prev.sink, MaterializeSink):
             if stage.reshard is not None:
                 return _split_materialized(values, stage.reshard)
@@ -312,14 +368,25 @@ class ZephyrContext:
             return [ItemsInput(list(values))]
         return [ItemsInput([v]) for v in values]
 
-    def _resources(self, stage: Stage) -> dict[str, Any]:
-        res: dict[str, Any] = {}
-        for k, v in self.stage_resources.items():
+    def _resources(self, stage: Stage) -> TaskResources:
+        """The operations' hints, overridden field by field by matching stage_resources."""
+        res = stage.resources
+        for k, v in self._stage_resources.items():
             if (isinstance(k, int) and k == stage.index) or (
                 isinstance(k, str) and k in stage.name
             ):
-                res.update(v)
+                res = res.override(v)
         return res
+
+    def _capacity(self, backend: Backend, res: TaskResources) -> int:
+        """Tasks of this stage that run at once: the workers' CPUs (and, locally, the
+        machine's memory) divided by one task's request."""
+        capacity = max(1, backend.capacity // res.cpu_slots)
+        if self.backend_name == "local" and res.memory:
+            total = machine_memory()
+            if total:
+                capacity = max(1, min(capacity, total // res.memory))
+        return capacity
 
     def _run_stage(
         self,
@@ -336,6 +403,8 @@ class ZephyrContext:
         progress = StageProgress(
             stage.index, len(plan.stages), stage.name, total, self.progress, self.progress_bar
         )
+        backend = self._get_backend()
+        handles = self._shared_handles(backend)
         tasks: dict[int, Task] = {}
         pending: collections.deque[int] = collections.deque()
         write = stage.sink if isinstance(stage.sink, WriteSink) else None
@@ -364,15 +433,15 @@ class ZephyrContext:
                 write.paths[i] if write else None,
                 "",
                 self.memory_budget,
-                dict(self._shared),
+                handles,
                 stage.is_source,
             )
             pending.append(i)
         resources = self._resources(stage)
-        backend = self._get_backend()
-        capacity = max(
-            1, min(backend.capacity, backend.capacity // max(1, int(resources.get("num_cpus", 1))))
-        )
+        capacity = self._capacity(backend, resources)
+        limit = stage.sink if isinstance(stage.sink, LimitSink) else None
+        counts: dict[int, int] = {}  # take(n): records each finished shard holds
+        not_read = 0
         failures = collections.Counter[int]()
         losses = collections.Counter[int]()
         in_flight = 0
@@ -380,6 +449,12 @@ class ZephyrContext:
             while pending or in_flight:
                 while pending and in_flight < capacity:
                     i = pending.popleft()
+                    if limit is not None and _held_before(counts, i) >= limit.n:
+                        # take(n): finished shards before this one already hold n records,
+                        # so none of its records can be among the first n: never read it.
+                        not_read += 1
+                        progress.shard_done()
+                        continue
                     task = tasks[i]
                     task.attempt = failures[i] + losses[i]
                     task.scratch = os.path.join(
@@ -389,7 +464,7 @@ class ZephyrContext:
                     in_flight += 1
                 for (_s, i), outcome in backend.poll(0.5):
                     in_flight -= 1
-                    if isinstance(outcome, WorkerLost):
+                    if isinstance(outcome, WorkerLost) and not outcome.over_memory:
                         losses[i] += 1
                         if losses[i] > self.max_worker_losses:
                             raise ShardFailedError(
@@ -403,8 +478,28 @@ class ZephyrContext:
                         progress.retried()
                         pending.append(i)
                         continue
+                    if isinstance(outcome, WorkerLost):
+                        # Killed over its memory limit: a failed attempt, retried on a new worker.
+                        failures[i] += 1
+                        if failures[i] >= self.max_shard_failures:
+                            raise ShardFailedError(
+                                f"{outcome.reason} ({failures[i]} attempts, max_shard_failures="
+                                f"{self.max_shard_failures}). Give the stage more memory "
+                                f"(now {resources}): stage_resources={{{stage.index}: "
+                                "'memory:...'}, or resources= on the operation; or make one "
+                                "task hold less (more shards, a smaller memory_budget)",
+                                stage.index,
+                                i,
+                                failures[i],
+                            )
+                        progress.retried()
+                        pending.append(i)
+                        continue
                     if outcome.ok:
                         values[i] = outcome.value
+                        if limit is not None:
+                            v = outcome.value
+                            counts[i] = len(v) if limit.collect else sum(v[1])
                         builtin = dict(outcome.builtin)
                         out_n = builtin.pop("stage_records_out", 0)
                         if is_final:
@@ -437,10 +532,20 @@ class ZephyrContext:
                     pending.append(i)
         finally:
             progress.close()
+        if not_read:
+            logger.info(
+                "%s: %d of %d shard(s) were not needed, not read", stage.name, not_read, total
+            )
         if write is not None:
             for i in losses:
                 _remove_temp_leftovers(write.paths[i])
         return values
+
+
+def _held_before(counts: dict[int, int], shard: int) -> int:
+    """Records the finished shards before `shard` hold (a lower bound: the unfinished hold
+    zero or more)."""
+    return sum(c for i, c in counts.items() if i < shard)
 
 
 def _remove_temp_leftovers(path: str) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from marin_dagster.zephyr.resources import TaskResources
+
 DEFAULT_FILE_PATH_COLUMN = "file_path"
 
 
@@ -61,6 +63,7 @@ def _fn_name(fn: Any) -> str:
 @dataclass
 class MapOp:
     fn: Callable
+    resources: TaskResources | None = None
 
     def __repr__(self) -> str:
         return f"map({_fn_name(self.fn)})"
@@ -72,6 +75,7 @@ class MapBatchesOp:
 
     fn: Callable
     batch_size: int = 8192
+    resources: TaskResources | None = None
 
     def __repr__(self) -> str:
         return f"map_batches({_fn_name(self.fn)})"
@@ -80,6 +84,7 @@ class MapBatchesOp:
 @dataclass
 class FilterOp:
     predicate: Callable
+    resources: TaskResources | None = None
 
     def __repr__(self) -> str:
         return f"filter({_fn_name(self.predicate)})"
@@ -88,6 +93,7 @@ class FilterOp:
 @dataclass
 class FlatMapOp:
     fn: Callable
+    resources: TaskResources | None = None
 
     def __repr__(self) -> str:
         return f"flat_map({_fn_name(self.fn)})"
@@ -98,6 +104,7 @@ class MapShardOp:
     """fn(items: Iterator, info: ShardInfo) -> Iterable over the whole shard."""
 
     fn: Callable
+    resources: TaskResources | None = None
 
     def __repr__(self) -> str:
         return f"map_shard({_fn_name(self.fn)})"
@@ -117,6 +124,16 @@ class TakePerShardOp:
 
     def __repr__(self) -> str:
         return f"take_per_shard({self.n})"
+
+
+@dataclass
+class TakeOp:
+    """The first n records of the whole dataset (shard order), as one shard."""
+
+    n: int
+
+    def __repr__(self) -> str:
+        return f"take({self.n})"
 
 
 @dataclass
@@ -183,6 +200,7 @@ class GroupByOp:
     num_output_shards: int | None = None
     sort_fn: Callable | None = None
     combiner_fn: Callable | None = None
+    resources: TaskResources | None = None
 
     def __repr__(self) -> str:
         return f"group_by(key={_fn_name(self.key_fn)}, reducer={_fn_name(self.reducer_fn)})"
@@ -200,6 +218,8 @@ class ReduceOp:
 class JoinType(StrEnum):
     INNER = "inner"
     LEFT = "left"
+    RIGHT = "right"
+    OUTER = "outer"
 
 
 @dataclass
@@ -241,6 +261,7 @@ LogicalOp = (
     | LoadFileOp
     | WriteOp
     | ReshardOp
+    | TakeOp
     | ShuffleOp
     | GroupByOp
     | ReduceOp
@@ -272,10 +293,15 @@ class _StreamingDedup:
 
 
 def _default_join_combiner(left: Any, right: Any) -> Any:
-    if left is None or right is None:
-        raise ValueError(
-            "the default sorted_merge_join combiner needs both a left and a right "
-            "record; pass combiner=... for a left join with unmatched records"
+    """Merge two dict records; an unmatched record (None on the other side) comes out as is."""
+    if left is None:
+        return right
+    if right is None:
+        return left
+    if not isinstance(left, dict) or not isinstance(right, dict):
+        raise TypeError(
+            "the default sorted_merge_join combiner merges dict records, got "
+            f"{type(left).__name__} and {type(right).__name__}; pass combiner=f(left, right)"
         )
     return {**left, **right}
 
@@ -372,24 +398,32 @@ class Dataset:
 
     # --- record-wise transforms -----------------------------------------------------
 
-    def map(self, fn: Callable[[Any], Any]) -> Dataset:
-        return self._derive(MapOp(fn))
+    # `resources=` on an operation: what one task of its stage needs (a dict, a string
+    # like "cpu:2,memory:4g" or a ResourceConfig; see resources.py). Fused operations
+    # share a task, which gets the largest of their requests.
 
-    def map_batches(self, fn: Callable[[Any], Any], batch_size: int = 8192) -> Dataset:
+    def map(self, fn: Callable[[Any], Any], resources: Any = None) -> Dataset:
+        return self._derive(MapOp(fn, _hint(resources, "map")))
+
+    def map_batches(
+        self, fn: Callable[[Any], Any], batch_size: int = 8192, resources: Any = None
+    ) -> Dataset:
         """Apply fn to pyarrow RecordBatches (vectorized work); fn returns a batch or table."""
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        return self._derive(MapBatchesOp(fn, batch_size))
+        return self._derive(MapBatchesOp(fn, batch_size, _hint(resources, "map_batches")))
 
-    def filter(self, predicate: Callable[[Any], bool]) -> Dataset:
-        return self._derive(FilterOp(predicate))
+    def filter(self, predicate: Callable[[Any], bool], resources: Any = None) -> Dataset:
+        return self._derive(FilterOp(predicate, _hint(resources, "filter")))
 
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Dataset:
-        return self._derive(FlatMapOp(fn))
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], resources: Any = None) -> Dataset:
+        return self._derive(FlatMapOp(fn, _hint(resources, "flat_map")))
 
-    def map_shard(self, fn: Callable[[Iterator[Any], ShardInfo], Iterable[Any]]) -> Dataset:
+    def map_shard(
+        self, fn: Callable[[Iterator[Any], ShardInfo], Iterable[Any]], resources: Any = None
+    ) -> Dataset:
         """fn(items, ShardInfo) sees the whole shard as one iterator (stateful work)."""
-        return self._derive(MapShardOp(fn))
+        return self._derive(MapShardOp(fn, _hint(resources, "map_shard")))
 
     def select(self, *columns: str) -> Dataset:
         if not columns:
@@ -400,6 +434,16 @@ class Dataset:
         if n < 0:
             raise ValueError(f"take_per_shard needs n >= 0, got {n}")
         return self._derive(TakePerShardOp(n))
+
+    def take(self, n: int) -> Dataset:
+        """The first n records of the whole dataset (shard 0's first, then shard 1's, ...),
+        as one shard. Reading stops once n are found: each shard stops after n records and
+        shards are started in order, no more once the shards before them hold n."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"take needs an integer n >= 0, got {n!r}")
+        return self._derive(TakeOp(n))
+
+    limit = take
 
     def window(self, size: int) -> Dataset:
         """Consecutive lists of at most `size` items per shard: [1..5].window(2) -> [[1,2],[3,4],[5]]."""
@@ -436,6 +480,7 @@ class Dataset:
         sort_by: Callable[[Any], Any] | None = None,
         num_output_shards: int | None = None,
         combiner: Callable[[Any, Iterator[Any]], Any] | None = None,
+        resources: Any = None,
     ) -> Dataset:
         """Group records by key(record); reducer(key, items) returns one result or an iterator.
 
@@ -443,11 +488,15 @@ class Dataset:
         shard count); within a shard, groups come out in key order, so two group_bys
         with the same key and shard count can be merge-joined. sort_by orders records
         inside a group. combiner(key, items) pre-aggregates before the shuffle and must
-        yield records the reducer accepts.
+        yield records the reducer accepts. resources= is what one reducer task needs.
         """
         if num_output_shards is not None and num_output_shards <= 0:
             raise ValueError(f"num_output_shards must be positive, got {num_output_shards}")
-        return self._derive(GroupByOp(key, reducer, num_output_shards, sort_by, combiner))
+        return self._derive(
+            GroupByOp(
+                key, reducer, num_output_shards, sort_by, combiner, _hint(resources, "group_by")
+            )
+        )
 
     def deduplicate(
         self, key: Callable[[Any], Any], num_output_shards: int | None = None
@@ -477,12 +526,20 @@ class Dataset:
         how: str = "inner",
     ) -> Dataset:
         """Merge-join shard i of self with shard i of right; both sorted by key per shard
-        (as group_by with the same key and num_output_shards leaves them)."""
+        (as group_by with the same key and num_output_shards leaves them).
+
+        how: "inner" (matched pairs), "left" (every left record), "right" (every right
+        record) or "outer" (both). Records with equal keys pair up every way.
+        combiner(left, right) builds the output; an unmatched record is passed with None on
+        the missing side. The default merges dicts ({**left, **right}) and passes an
+        unmatched record through unchanged.
+        """
         try:
             join_type = JoinType(how)
         except ValueError:
             raise ValueError(
-                f"sorted_merge_join supports how='inner' or how='left', got {how!r}"
+                "sorted_merge_join supports how='inner', 'left', 'right' or 'outer', "
+                f"got how={how!r}"
             ) from None
         return self._derive(
             JoinOp(left_key, right_key, right, combiner or _default_join_combiner, join_type)
@@ -520,6 +577,12 @@ class Dataset:
             else f"from_list(<{len(src)} items>)"
         )
         return " -> ".join([head, *(repr(op) for op in self.operations)])
+
+
+def _hint(resources: Any, op: str) -> TaskResources | None:
+    if resources is None:
+        return None
+    return TaskResources.parse(resources, f"{op}(resources={resources!r})")
 
 
 @dataclass

@@ -29,9 +29,11 @@ from marin_dagster.zephyr.dataset import (
     ReduceOp,
     ReshardOp,
     ShuffleOp,
+    TakeOp,
     WriteOp,
 )
 from marin_dagster.zephyr.readers import detect_format, parquet_row_group_splits
+from marin_dagster.zephyr.resources import TaskResources
 from marin_dagster.zephyr.writers import format_shard_path
 
 # --- shard inputs (what one task reads) ----------------------------------------------
@@ -102,6 +104,15 @@ class ReduceSink:
 
 
 @dataclass
+class LimitSink:
+    """take(n): at most n records per shard, materialized (or returned, when final); the
+    driver starts shards in order and no more once the finished ones before hold n."""
+
+    n: int
+    collect: bool = False
+
+
+@dataclass
 class JoinStep:
     """A JoinOp inside a stage; `right_stage` materializes the right side."""
 
@@ -125,6 +136,8 @@ class Stage:
     source_paths: list[str | None] = field(default_factory=list)
     is_source: bool = False
     source_desc: str = "source"
+    limit: int | None = None  # after a LimitSink upstream: read at most this many records
+    resources: TaskResources = field(default_factory=TaskResources)  # operations' hints
 
     @property
     def name(self) -> str:
@@ -138,6 +151,7 @@ class Stage:
             ScatterSink: "scatter",
             MaterializeSink: "materialize",
             ReduceSink: "reduce",
+            LimitSink: "take",
         }[type(self.sink)]
         if isinstance(self.sink, WriteSink):
             sink = f"write_{self.sink.op.writer_type}"
@@ -256,6 +270,9 @@ class _Planner:
             source_desc=desc,
         )
         for op in ops:
+            hint = getattr(op, "resources", None)
+            if hint is not None and isinstance(op, RECORD_WISE_OPS):
+                stage.resources = stage.resources.union(hint)
             if isinstance(op, RECORD_WISE_OPS):
                 if isinstance(op, JoinOp):
                     right = self.plan(op.right_dataset, MaterializeSink())
@@ -280,6 +297,12 @@ class _Planner:
                 stage.sink = ScatterSink(op, n)
                 prev = self._add(stage)
                 stage = Stage(-1, [], None, n, upstream=prev.index)
+                if isinstance(op, GroupByOp) and op.resources is not None:
+                    stage.resources = op.resources  # the reducer runs in the next stage
+            elif isinstance(op, TakeOp):
+                stage.sink = LimitSink(op.n)
+                prev = self._add(stage)
+                stage = Stage(-1, [], None, 1, upstream=prev.index, limit=op.n)
             elif isinstance(op, ReshardOp):
                 stage.sink = MaterializeSink()
                 prev = self._add(stage)
@@ -296,6 +319,9 @@ class _Planner:
             prev = self.stages[stage.upstream]
             if isinstance(prev.sink, WriteSink | ReduceSink):
                 # Nothing left to do: the driver already holds the paths or the value.
+                return prev
+            if isinstance(prev.sink, LimitSink):
+                prev.sink.collect = True  # the tasks return their records; no extra stage
                 return prev
         stage.sink = final_sink
         return self._add(stage)

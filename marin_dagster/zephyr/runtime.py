@@ -42,6 +42,7 @@ from marin_dagster.zephyr.plan import (
     FileInput,
     ItemsInput,
     JoinStep,
+    LimitSink,
     MaterializeSink,
     MultiInput,
     ReduceSink,
@@ -79,9 +80,10 @@ class Task:
     output_path: str | None  # WriteSink: this shard's file
     scratch: str  # a folder for this attempt's scratch files
     memory_budget: int
-    shared: dict[str, str]
+    shared: dict[str, Any]  # name -> handle (shared.py)
     count_records_in: bool
     attempt: int = 0
+    cpu_set: tuple[int, ...] | None = None  # local workers: the cores this task runs on
 
 
 @dataclass
@@ -259,24 +261,50 @@ def _load_paths(stream: Iterator[Any], op: LoadFileOp, cursor: Cursor) -> Iterat
         yield from _read_file(FileInput(path, op), op.batch_mode, cursor)
 
 
+def _key_groups(items: Iterator[Any], key_fn: Any, side: str) -> Iterator[tuple[Any, Any]]:
+    """(order key, records) per run of equal keys, checking the keys only go up: a side
+    that is not sorted would silently lose matches."""
+    prev = None
+    for k, group in itertools.groupby(items, key=lambda r: order_key(key_fn(r))):
+        if prev is not None and k < prev:
+            raise ValueError(
+                f"sorted_merge_join: the {side} side is not sorted by its key (a key of "
+                f"order {k} came after {prev}); sort both sides by the join key, e.g. with "
+                "group_by on that key and the same num_output_shards"
+            )
+        prev = k
+        yield k, group
+
+
 def _join(left: Iterator[Any], step: JoinStep) -> Iterator[Any]:
     op = step.op
+    combine = op.combiner_fn
+    keep_left = op.join_type in (JoinType.LEFT, JoinType.OUTER)
+    keep_right = op.join_type in (JoinType.RIGHT, JoinType.OUTER)
     right = _read_chunks(step.right_input) if step.right_input is not None else iter(())
-    lgroups = itertools.groupby(left, key=lambda r: order_key(op.left_key_fn(r)))
-    rgroups = itertools.groupby(right, key=lambda r: order_key(op.right_key_fn(r)))
+    lgroups = _key_groups(left, op.left_key_fn, "left")
+    rgroups = _key_groups(right, op.right_key_fn, "right")
     rnext = next(rgroups, None)
     for lk, lgroup in lgroups:
         while rnext is not None and rnext[0] < lk:
+            if keep_right:
+                for ritem in rnext[1]:
+                    yield combine(None, ritem)
             rnext = next(rgroups, None)
         if rnext is not None and rnext[0] == lk:
             ritems = list(rnext[1])
             rnext = next(rgroups, None)
             for litem in lgroup:
                 for ritem in ritems:
-                    yield op.combiner_fn(litem, ritem)
-        elif op.join_type == JoinType.LEFT:
+                    yield combine(litem, ritem)
+        elif keep_left:
             for litem in lgroup:
-                yield op.combiner_fn(litem, None)
+                yield combine(litem, None)
+    while rnext is not None:
+        if keep_right:
+            for ritem in rnext[1]:
+                yield combine(None, ritem)
+        rnext = next(rgroups, None)
 
 
 def build_stream(task: Task, cursor: Cursor) -> tuple[Iterator[Any], bool, _Counted | None]:
@@ -357,23 +385,34 @@ def _run_sink(task: Task, stream: Iterator[Any], batches: bool, builtin: dict[st
         builtin["spills"] = res.spills
         value = res.runs
     elif isinstance(sink, MaterializeSink):
-        os.makedirs(task.scratch, exist_ok=True)
-        path = os.path.join(task.scratch, "materialized.arrow")
-        writer = ChunkWriter(path)
-        try:
-            for rec in _records(iter(out), batches):
-                writer.add(rec)
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise
-        value = (path, writer.chunk_counts)
+        value = _materialize(_records(iter(out), batches), task.scratch)
     elif isinstance(sink, ReduceSink):
         value = sink.op.local_reducer(_records(iter(out), batches))
+    elif isinstance(sink, LimitSink):
+        # islice stops pulling at n: the reader and the operations upstream stop too.
+        records = itertools.islice(_records(iter(out), batches), sink.n)
+        if sink.collect:
+            value = list(records)
+        else:
+            value = _materialize(records, task.scratch)
     else:
         raise TypeError(f"unknown sink {sink!r}")
     builtin["stage_records_out"] = out.n
     return value
+
+
+def _materialize(records: Iterator[Any], scratch: str) -> tuple[str, list[int]]:
+    os.makedirs(scratch, exist_ok=True)
+    path = os.path.join(scratch, "materialized.arrow")
+    writer = ChunkWriter(path)
+    try:
+        for rec in records:
+            writer.add(rec)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return path, writer.chunk_counts
 
 
 def _picklable(e: BaseException) -> BaseException | None:

@@ -1,24 +1,82 @@
 """Shared objects: a large object shipped to each worker once, not once per task.
 
-`ZephyrContext.upload_shared(name, obj)` writes the object to the context's
-scratch folder; tasks carry only its path, and each worker process loads it
-the first time a task asks `get_shared(name)`, then keeps it.
+`ZephyrContext.put(name, obj)` keeps the object on the driver. The first run
+after it hands the object to the backend once, which turns it into a small
+handle: a file pickled once under the context's scratch folder (local
+workers), one `ray.put` (Ray), or the object itself (inline). Tasks carry only
+the handles; a worker loads an object the first time a task asks for it
+(`get_shared(name)`, or `ctx.get_shared(name)` on the context a function
+captured) and keeps it for the tasks that follow.
 """
 
 from __future__ import annotations
 
 import contextvars
 import pickle
+from dataclasses import dataclass
 from typing import Any
 
-_registry: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+_registry: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "zephyr_shared_registry", default=None
 )
 _cache: dict[str, Any] = {}
+# Ray: the object refs of the running task's shared objects, by handle key. They come
+# as a task argument (not inside the pickled task) so Ray tracks them as borrowed refs.
+ray_refs: dict[str, Any] = {}
 loads = 0  # how many times this process deserialized a shared object (tests read it)
 
 
-def set_registry(registry: dict[str, str]) -> contextvars.Token:
+@dataclass(frozen=True)
+class FileShared:
+    """An object pickled once to a file every local worker can read."""
+
+    path: str
+
+    @property
+    def key(self) -> str:
+        return self.path
+
+    def load(self) -> Any:
+        with open(self.path, "rb") as f:
+            return pickle.load(f)
+
+
+@dataclass(frozen=True)
+class RayShared:
+    """An object in Ray's object store (one `ray.put` by the driver)."""
+
+    key: str
+
+    def load(self) -> Any:
+        import ray
+
+        if self.key not in ray_refs:
+            raise RuntimeError(
+                f"shared object {self.key} did not reach this Ray task; it is only "
+                "available inside tasks that a ZephyrContext with backend='ray' runs"
+            )
+        return ray.get(ray_refs[self.key])
+
+
+@dataclass(frozen=True)
+class InlineShared:
+    """The object itself: the inline backend runs tasks in the driver, nothing is pickled."""
+
+    key: str
+    obj: Any
+
+    def load(self) -> Any:
+        return self.obj
+
+
+def set_registry(registry: dict[str, Any]) -> contextvars.Token:
+    # A worker keeps only the objects the running pipeline uses: an object replaced by a
+    # later put() under the same name is released, not kept for the worker's lifetime.
+    if _cache:
+        live = {h.key for h in registry.values()}
+        for key in [k for k in _cache if k not in live]:
+            del _cache[key]
+            ray_refs.pop(key, None)
     return _registry.set(registry)
 
 
@@ -27,22 +85,21 @@ def reset_registry(token: contextvars.Token) -> None:
 
 
 def get_shared(name: str) -> Any:
-    """The object uploaded under `name` with ZephyrContext.upload_shared."""
+    """The object put under `name` with `ZephyrContext.put` (inside a task)."""
     global loads
     registry = _registry.get()
     if registry is None or name not in registry:
         known = sorted(registry) if registry else []
         raise KeyError(
-            f"no shared object {name!r}; upload it first with "
-            f"ZephyrContext.upload_shared({name!r}, obj) (known: {known})"
+            f"no shared object {name!r}; put it first with ZephyrContext.put({name!r}, obj) "
+            f"before execute() (known: {known})"
         )
-    path = registry[name]
-    if path not in _cache:
-        with open(path, "rb") as f:
-            _cache[path] = pickle.load(f)
+    handle = registry[name]
+    if handle.key not in _cache:
+        _cache[handle.key] = handle.load()
         loads += 1
-    return _cache[path]
+    return _cache[handle.key]
 
 
-def forget(path: str) -> None:
-    _cache.pop(path, None)
+def forget(key: str) -> None:
+    _cache.pop(key, None)

@@ -2,31 +2,55 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import cloudpickle
 
+from marin_dagster.zephyr.resources import TaskResources
 from marin_dagster.zephyr.runtime import Task, TaskResult, run_task
+from marin_dagster.zephyr.shared import FileShared
 
 
 @dataclass
 class WorkerLost:
-    """The process running a task died (killed, out of memory) before it answered."""
+    """The process running a task died (killed, out of memory) before it answered.
+
+    `over_memory` is set when the backend killed it for going over the task's memory
+    limit: that counts as a failed attempt (it would likely fail again), not as a lost
+    worker.
+    """
 
     reason: str
+    over_memory: bool = False
 
 
 class Backend(Protocol):
     capacity: int
 
-    def submit(self, key: Any, task: Task, resources: dict[str, Any]) -> None:
+    def submit(self, key: Any, task: Task, resources: TaskResources) -> None:
         """Start `task`; its outcome comes back from poll() under `key`."""
 
     def poll(self, timeout: float) -> list[tuple[Any, TaskResult | WorkerLost]]:
         """Outcomes of finished tasks (waits up to `timeout` seconds for the first)."""
 
+    def share(self, obj: Any, folder: str) -> Any:
+        """A small handle for `obj` that tasks resolve with shared.get_shared (done once)."""
+
     def shutdown(self) -> None: ...
+
+
+def share_as_file(obj: Any, folder: str) -> FileShared:
+    """Pickle `obj` once into `folder`: workers on this machine load it from there."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{uuid.uuid4().hex}.pkl")
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        cloudpickle.dump(obj, f, protocol=5)
+    os.replace(tmp, path)
+    return FileShared(path)
 
 
 def dumps_task(task: Task) -> bytes:
@@ -34,10 +58,10 @@ def dumps_task(task: Task) -> bytes:
     return cloudpickle.dumps(task)
 
 
-def run_task_bytes(payload: bytes) -> bytes:
-    """Worker side: task bytes in, result bytes out (never raises)."""
+def load_task(payload: bytes) -> Task | bytes:
+    """Worker side: the task, or the bytes of a result saying why it could not be loaded."""
     try:
-        task = cloudpickle.loads(payload)
+        return cloudpickle.loads(payload)
     except Exception as e:
         result = TaskResult(
             False,
@@ -45,6 +69,10 @@ def run_task_bytes(payload: bytes) -> bytes:
             fatal=True,
         )
         return cloudpickle.dumps(result)
+
+
+def run_loaded_task(task: Task) -> bytes:
+    """Worker side: run a loaded task, result bytes out (never raises)."""
     result = run_task(task)
     try:
         return cloudpickle.dumps(result)
@@ -56,6 +84,14 @@ def run_task_bytes(payload: bytes) -> bytes:
             fatal=True,
         )
         return cloudpickle.dumps(bad)
+
+
+def run_task_bytes(payload: bytes) -> bytes:
+    """Worker side: task bytes in, result bytes out (never raises)."""
+    task = load_task(payload)
+    if isinstance(task, bytes):
+        return task
+    return run_loaded_task(task)
 
 
 def loads_result(payload: bytes) -> TaskResult:

@@ -2,24 +2,32 @@
 
 Tasks are plain Ray tasks (one per shard) running the same worker code as the
 local backend. Ray's own retries are off: the driver retries, so both
-backends count failures the same way. `stage_resources` become Ray task
-options (num_cpus, memory, resources=...). Scratch and shared objects live
-under the context's scratch folder, which must be visible to every node
-(one machine, or a shared mount).
+backends count failures the same way. Task resources become Ray task options
+(num_cpus, memory in bytes, num_gpus, custom resources such as TPU). Shared
+objects go to Ray's object store once (`ray.put`); each task gets their refs
+as an argument and a worker process fetches an object the first time a task
+asks for it. Scratch files live under the context's scratch folder, which must
+be visible to every node (one machine, or a shared mount).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
+from marin_dagster.zephyr import shared
 from marin_dagster.zephyr.backends.base import WorkerLost, dumps_task, loads_result, run_task_bytes
+from marin_dagster.zephyr.resources import TaskResources
 from marin_dagster.zephyr.runtime import Task, TaskResult
 
 logger = logging.getLogger(__name__)
 
 
-def _ray_run(payload: bytes) -> bytes:
+def _ray_run(payload: bytes, refs: dict[str, Any]) -> bytes:
+    # Nested in a dict, the refs are not fetched by Ray before the call: only the
+    # objects a task asks for are fetched, once per worker process (shared.py caches).
+    shared.ray_refs.update(refs)
     return run_task_bytes(payload)
 
 
@@ -38,13 +46,26 @@ class RayBackend:
         self.capacity = max(1, max_workers)
         self._remote = ray.remote(max_retries=0)(_ray_run)
         self._refs: dict[Any, Any] = {}
+        self._shared: dict[str, Any] = {}  # handle key -> ObjectRef, kept alive here
+        self.tasks_sent = 0
+        self.bytes_sent = 0
 
-    def submit(self, key: Any, task: Task, resources: dict[str, Any]) -> None:
-        options = {"num_cpus": resources.get("num_cpus", 1)}
-        for name in ("memory", "num_gpus", "resources"):
-            if name in resources:
-                options[name] = resources[name]
-        ref = self._remote.options(**options).remote(dumps_task(task))
+    def share(self, obj: Any, folder: str) -> Any:
+        key = uuid.uuid4().hex
+        self._shared[key] = self._ray.put(obj)
+        return shared.RayShared(key)
+
+    def submit(self, key: Any, task: Task, resources: TaskResources | None = None) -> None:
+        options = (resources or TaskResources()).ray_options()
+        refs = {
+            h.key: self._shared[h.key]
+            for h in task.shared.values()
+            if isinstance(h, shared.RayShared) and h.key in self._shared
+        }
+        payload = dumps_task(task)
+        self.tasks_sent += 1
+        self.bytes_sent += len(payload)
+        ref = self._remote.options(**options).remote(payload, refs)
         self._refs[ref] = key
 
     def poll(self, timeout: float) -> list[tuple[Any, TaskResult | WorkerLost]]:
@@ -73,3 +94,4 @@ class RayBackend:
             except Exception:  # noqa: BLE001 - best effort on the way out
                 logger.debug("could not cancel %s", ref)
         self._refs = {}
+        self._shared = {}

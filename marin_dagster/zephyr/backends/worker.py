@@ -8,22 +8,57 @@ bytes until the driver closes the socket.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.connection
 import os
 import signal
 import socket
 import sys
+from collections.abc import Iterator
 
-from marin_dagster.zephyr.backends.base import run_task_bytes
+from marin_dagster.zephyr.backends.base import load_task, run_loaded_task
+
+
+def _set_affinity(cores: set[int]) -> None:
+    # sched_setaffinity(0) pins the calling thread only: pin every thread of the process
+    # (Arrow's and BLAS's pools included); threads started later inherit it.
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), cores)
+
+
+@contextlib.contextmanager
+def pinned(cores: tuple[int, ...] | None, all_cores: set[int]) -> Iterator[None]:
+    """Run on `cores` only (the task's CPU request), then on every core again."""
+    if not cores or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    import pyarrow as pa
+
+    threads = pa.cpu_count()
+    _set_affinity(set(cores))
+    pa.set_cpu_count(len(cores))
+    try:
+        yield
+    finally:
+        _set_affinity(all_cores)
+        pa.set_cpu_count(threads)
 
 
 def serve(conn: multiprocessing.connection.Connection) -> None:
+    all_cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     while True:
         try:
             payload = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        conn.send_bytes(run_task_bytes(payload))
+        task = load_task(payload)
+        if isinstance(task, bytes):
+            conn.send_bytes(task)
+            continue
+        with pinned(task.cpu_set, all_cores):
+            result = run_loaded_task(task)
+        conn.send_bytes(result)
 
 
 def main() -> None:
