@@ -17,6 +17,7 @@ on the repo's paths, like `data_files`). `split=None` takes every split.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -64,8 +65,9 @@ class DatasetConfig(StepConfig):
 
 
 def _spec(config: DatasetConfig) -> Any:
+    # A local path as resolved at load time: the run may start in another working folder.
     return parse_source(
-        config.source,
+        config.location if config.kind == "local" else config.source,
         revision=config.revision,
         subset=config.subset,
         split=config.split,
@@ -86,6 +88,10 @@ def _run(
     config: DatasetConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
     spec = _spec(config)
+    if config.kind == "hub" and config.resolved_revision:
+        # the commit listed at load time: a branch that moved since still fetches what the
+        # version was computed from
+        spec = dataclasses.replace(spec, revision=config.resolved_revision)
     resolved = resolve(spec)
     if resolved.content_hash() != config.content:
         raise SourceError(

@@ -111,6 +111,17 @@ def test_hub_dataset_asset_records_the_commit_and_skips_when_unchanged(tmp_path)
             assert _version(again_asset) == _version(raw)
             again = dg.materialize([again_asset], instance=instance, resources=resources)
             assert _meta(again, again_asset)["skipped"] is True
+            # main moves on to new data after loading: a run fetches the commit it was
+            # loaded at, the content its version was computed from
+            hub.add("someone/tiny", {**files, "data/train-00000-of-00001.jsonl": _jsonl(["x"])})
+            elsewhere = _resources(str(tmp_path / "elsewhere"))
+            pinned = _meta(
+                dg.materialize([again_asset], instance=instance, resources=elsewhere),
+                again_asset,
+            )
+            assert pinned["skipped"] is False
+            assert pinned["revision"] == commit and pinned["documents"] == 6
+            assert _version(as_dataset("someone/tiny", split="train")) != _version(raw)
 
 
 def test_gs_dataset_through_the_emulator_into_a_gs_prefix(gcs_prefix):
