@@ -1,6 +1,6 @@
 """Stand-ins for the Hugging Face Hub and for a plain HTTP file server, on 127.0.0.1.
 
-    from tests.hub import serve_files, stand_in_hub
+    from tests.hub import hub_fixture, serve_files, stand_in_hub
 
     with stand_in_hub(datasets={"me/tiny": {"data/train.jsonl": b'{"text": "hi"}\\n'}}) as hub:
         ...  # HF_ENDPOINT and huggingface_hub's constants point at the stand-in
@@ -459,9 +459,10 @@ def stand_in_hub(
             hub.close()
 
 
-@pytest.fixture
-def hub() -> Iterator[StandInHub]:
-    """An empty stand-in hub (add repos with `hub.add(repo_id, {path: bytes})`)."""
+@pytest.fixture(name="hub")
+def hub_fixture() -> Iterator[StandInHub]:
+    """The `hub` fixture: an empty stand-in hub (add repos with `hub.add(repo_id, {path:
+    bytes})`). A test module enables it with `from tests.hub import hub_fixture  # noqa: F401`."""
     with stand_in_hub() as h:
         yield h
 

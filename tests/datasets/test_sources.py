@@ -31,7 +31,7 @@ from marin_dagster.datasets.sources import (
     resolve,
 )
 from tests.conftest import REPO, subprocess_env
-from tests.hub import serve_files, stand_in_hub
+from tests.hub import hub_fixture, serve_files, stand_in_hub  # noqa: F401 (the hub fixture)
 
 
 def _jsonl(texts: list[str], key: str = "text") -> bytes:
@@ -304,21 +304,23 @@ def test_hub_dataset_with_revision_subset_split_and_files(tmp_path):
         assert resolves and all(f"/resolve/{first_commit}/" in p for p in resolves)
 
 
-def test_hub_convention_splits_without_a_card(tmp_path):
-    files = {
-        "data/train-00000-of-00001.parquet": _parquet(TEXTS),
-        "data/validation-00000-of-00001.parquet": _parquet(TEXTS[:1]),
-        "TinyStories-train.txt": b"raw text, not a data format",
-    }
-    with stand_in_hub(datasets={"roneneldan/TinyStories": files}):
-        assert [f.name for f in resolve(parse_source("roneneldan/TinyStories")).files] == [
-            "data/train-00000-of-00001.parquet",
-            "data/validation-00000-of-00001.parquet",
-        ]
-        val = resolve(parse_source("roneneldan/TinyStories", split="validation"))
-        assert [f.name for f in val.files] == ["data/validation-00000-of-00001.parquet"]
-        with pytest.raises(SourceError, match=r"no file of split 'test'"):
-            resolve(parse_source("roneneldan/TinyStories", split="test"))
+def test_hub_convention_splits_without_a_card(hub):
+    hub.add(
+        "roneneldan/TinyStories",
+        {
+            "data/train-00000-of-00001.parquet": _parquet(TEXTS),
+            "data/validation-00000-of-00001.parquet": _parquet(TEXTS[:1]),
+            "TinyStories-train.txt": b"raw text, not a data format",
+        },
+    )
+    assert [f.name for f in resolve(parse_source("roneneldan/TinyStories")).files] == [
+        "data/train-00000-of-00001.parquet",
+        "data/validation-00000-of-00001.parquet",
+    ]
+    val = resolve(parse_source("roneneldan/TinyStories", split="validation"))
+    assert [f.name for f in val.files] == ["data/validation-00000-of-00001.parquet"]
+    with pytest.raises(SourceError, match=r"no file of split 'test'"):
+        resolve(parse_source("roneneldan/TinyStories", split="test"))
 
 
 def test_hub_connection_dropped_midway_is_retried_within_the_call(tmp_path):
