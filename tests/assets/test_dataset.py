@@ -10,7 +10,7 @@ import os
 import dagster as dg
 import pytest
 
-from assets import as_dataset, dataset, deduplicated
+from assets import as_dataset, dataset, deduplicated, tokenized, tokenizer
 from marin_dagster import fs
 from marin_dagster.datasets.files import dataset_files
 from marin_dagster.datasets.sources import SourceError
@@ -79,6 +79,11 @@ def test_local_dataset_feeds_dedup_and_a_changed_file_changes_both_versions(tmp_
         clean_new = deduplicated("dedup/notes", source=raw_new, mode="exact")
         assert _version(raw_new) != _version(raw)
         assert _version(clean_new) != _version(clean)
+        tok = tokenizer("tokenizers/notes", source=raw, vocab_size=300)
+        tok_new = tokenizer("tokenizers/notes", source=raw_new, vocab_size=300)
+        tokens = tokenized("tokenized/notes", source=raw, tokenizer=tok)
+        tokens_new = tokenized("tokenized/notes", source=raw_new, tokenizer=tok_new)
+        assert _version(tokens_new) != _version(tokens)
         third = dg.materialize([raw_new, clean_new], instance=instance, resources=resources)
         assert _meta(third, raw_new)["skipped"] is False
         assert _meta(third, raw_new)["documents"] == 9

@@ -166,6 +166,15 @@ def test_gs_glob_through_the_emulator(gcs_prefix, tmp_path):
     again = fetch(resolved, remote_out)
     assert again.kept == ["0.jsonl.zst", "1.jsonl.zst"] and again.downloaded == []
 
+    # a partial download left by a killed run resumes where it stopped (a ranged read)
+    resumed_out = tmp_path / "resumed"
+    resumed_out.mkdir()
+    whole = zstandard.compress(_jsonl(TEXTS))
+    (resumed_out / ("0.jsonl.zst" + PARTIAL_MARK)).write_bytes(whole[:50])
+    resumed = fetch(resolved, str(resumed_out))
+    assert resumed.resumed == ["0.jsonl.zst"]
+    assert (resumed_out / "0.jsonl.zst").read_bytes() == whole
+
     # a changed object changes the content hash; one changed after resolving fails its md5
     before = resolved.content_hash()
     fs.write_bytes(f"{base}/web/1.jsonl.zst", zstandard.compress(_jsonl(TEXTS[:3])))
