@@ -66,7 +66,7 @@ SAMPLE_RECORDS = 100
 
 # Files of a hub repo that describe it rather than hold its data.
 _HUB_META = re.compile(
-    r"(^|/)(README|LICENSE|LICENCE|CITATION)[^/]*$|\.(md|py|ya?ml|txt\.lock)$|"
+    r"(^|/)(README|LICENSE|LICENCE|CITATION)[^/]*$|\.(md|py|ya?ml)$|"
     r"(^|/)(dataset_infos?|dataset_dict|state)\.json$",
     re.IGNORECASE,
 )
