@@ -21,6 +21,7 @@ from marin_dagster.zephyr.keys import stable_hash
 from marin_dagster.zephyr.plan import PhysicalPlan, compute_plan
 from marin_dagster.zephyr.progress import ProgressEvent
 from marin_dagster.zephyr.readers import InputError
+from marin_dagster.zephyr.resources import TaskResources
 from marin_dagster.zephyr.shared import get_shared
 from marin_dagster.zephyr.writers import SchemaConflictError, format_shard_path
 
@@ -35,6 +36,7 @@ __all__ = [
     "SchemaConflictError",
     "ShardFailedError",
     "ShardInfo",
+    "TaskResources",
     "ZephyrContext",
     "ZephyrExecutionResult",
     "compute_plan",

@@ -137,6 +137,9 @@ class ZephyrContext:
         cores, and a worker over its task's memory is killed and the task retried.
     max_shard_failures: attempts per shard before the run fails (user errors: one).
     progress: called with a ProgressEvent at each stage start and finished shard.
+
+    Shared objects: `ctx.put("model", obj)` on the driver, then `ctx.get_shared("model")`
+    inside any function the pipeline runs (or `marin_dagster.zephyr.get_shared`).
     """
 
     def __init__(
@@ -258,7 +261,15 @@ class ZephyrContext:
     def _shared_handles(self, backend: Backend) -> dict[str, Any]:
         for name, obj in self._shared_objects.items():
             if name not in self._shared:
-                self._shared[name] = backend.share(obj, os.path.join(self._scratch_root, "shared"))
+                try:
+                    handle = backend.share(obj, os.path.join(self._scratch_root, "shared"))
+                except Exception as e:
+                    raise TypeError(
+                        f"ctx.put({name!r}, ...): the object cannot be sent to the "
+                        f"{self.backend_name} workers ({type(e).__name__}: {e}); put an object "
+                        "that pickles, or build it inside the task"
+                    ) from e
+                self._shared[name] = handle
         return dict(self._shared)
 
     # --- execution ------------------------------------------------------------------

@@ -72,11 +72,13 @@ class InlineShared:
 def set_registry(registry: dict[str, Any]) -> contextvars.Token:
     # A worker keeps only the objects the running pipeline uses: an object replaced by a
     # later put() under the same name is released, not kept for the worker's lifetime.
-    if _cache:
+    # (Ray: the refs too, or the worker would keep the old object pinned in the store.)
+    if _cache or ray_refs:
         live = {h.key for h in registry.values()}
         for key in [k for k in _cache if k not in live]:
             del _cache[key]
-            ray_refs.pop(key, None)
+        for key in [k for k in ray_refs if k not in live]:
+            del ray_refs[key]
     return _registry.set(registry)
 
 

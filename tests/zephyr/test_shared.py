@@ -73,3 +73,12 @@ def test_the_context_inside_a_task_only_reads(local_ctx: ZephyrContext) -> None:
         ctx.execute(Dataset.from_list([1]).map(lambda x: ctx.put("x", x)))
     with pytest.raises(Exception, match="no shared object 'missing'"):
         ctx.execute(Dataset.from_list([1]).map(lambda x: ctx.get_shared("missing")))
+
+
+def test_an_object_that_cannot_travel_is_named() -> None:
+    import threading
+
+    with ZephyrContext(max_workers=1) as ctx:
+        ctx.put("lock", threading.Lock())
+        with pytest.raises(TypeError, match=r"ctx.put\('lock', ...\): the object cannot be sent"):
+            ctx.execute(Dataset.from_list([1]))
