@@ -5,6 +5,10 @@
     marin sql "SELECT ..."                query the dataset views, print a table (--limit rows)
     marin sql --serve --port 8765         the read-only HTTP SQL service (ducky/service.py), at most
                                           --max-rows rows and --max-bytes bytes per response
+    marin export-hf CHECKPOINT OUT        a train output or checkpoints/{step} as a Hugging Face
+                                          Llama folder (config.json + model.safetensors; --dtype)
+    marin import-hf FOLDER OUT            a Hugging Face Llama folder as params.npz +
+                                          model_config.json, which `evaluate` reads
 
 The assets are those of the code location (`marin_dagster.definitions`); the
 prefix is MARIN_PREFIX (default ./data) unless `--prefix` is given.
@@ -240,6 +244,35 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export_hf(args: argparse.Namespace) -> int:
+    from marin_dagster.levanter.hf import HfFormatError, export_hf
+
+    try:
+        out = export_hf(args.checkpoint, args.out, dtype=args.dtype, overwrite=args.overwrite)
+    except (HfFormatError, FileExistsError, FileNotFoundError) as e:
+        sys.stderr.write(f"marin export-hf: {e}\n")
+        return 1
+    dtype = args.dtype or "the checkpoint's dtype"
+    sys.stdout.write(f"wrote a Hugging Face LlamaForCausalLM folder ({dtype}): {out}\n")
+    return 0
+
+
+def _cmd_import_hf(args: argparse.Namespace) -> int:
+    from marin_dagster import fs
+    from marin_dagster.levanter.hf import HfFormatError, import_hf_to_dir
+
+    try:
+        config = import_hf_to_dir(args.folder, args.out, overwrite=args.overwrite)
+    except (HfFormatError, FileExistsError) as e:
+        sys.stderr.write(f"marin import-hf: {e}\n")
+        return 1
+    sys.stdout.write(
+        f"wrote params.npz + model_config.json ({config.num_parameters():,} parameters, "
+        f"float32): {fs.normalize(args.out)}\n"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="marin", description="marin-dagster utilities")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -282,6 +315,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     sql.add_argument("--host", default="127.0.0.1")
     sql.add_argument("--port", type=int, default=8765)
 
+    export_hf = sub.add_parser(
+        "export-hf",
+        help="a train output or orbax step directory as a Hugging Face Llama folder",
+    )
+    export_hf.add_argument(
+        "checkpoint", help="train output (params.npz) or {output}/checkpoints/{step}"
+    )
+    export_hf.add_argument("out", help="the folder to write (config.json + model.safetensors)")
+    export_hf.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default=None,
+        help="weights' dtype (default: the checkpoint's, float32)",
+    )
+    export_hf.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+
+    import_hf = sub.add_parser(
+        "import-hf", help="a Hugging Face Llama folder as params.npz + model_config.json"
+    )
+    import_hf.add_argument("folder", help="config.json + model.safetensors (or sharded)")
+    import_hf.add_argument("out", help="the folder to write; `evaluate` reads it")
+    import_hf.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+
     args = parser.parse_args(argv)
     if args.command == "sql" and args.serve and args.limit is not None:
         parser.error(
@@ -303,6 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "status":
         return _cmd_status(args)
+    if args.command == "export-hf":
+        return _cmd_export_hf(args)
+    if args.command == "import-hf":
+        return _cmd_import_hf(args)
     return _cmd_sql(args)
 
 
