@@ -110,3 +110,113 @@ def die_with_run_process(run_pid: int, poll_seconds: float = 0.5) -> threading.T
     thread = threading.Thread(target=watch, name="marin-iris-run-watch", daemon=True)
     thread.start()
     return thread
+
+
+# What a multi-process step's processes are told (read by marin_dagster.levanter.distributed).
+COORDINATOR_ENV = "MARIN_COORDINATOR_ADDRESS"
+NUM_PROCESSES_ENV = "MARIN_NUM_PROCESSES"
+PROCESS_ID_ENV = "MARIN_PROCESS_ID"
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (for process 0's coordination service)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gang_env(num_processes: int, process_id: int, coordinator_address: str) -> dict[str, str]:
+    return {
+        COORDINATOR_ENV: coordinator_address,
+        NUM_PROCESSES_ENV: str(num_processes),
+        PROCESS_ID_ENV: str(process_id),
+    }
+
+
+class ProcessGang:
+    """The processes of one step, one per host (a single one for most steps), each in its own
+    process group: they live and die together.
+
+    Process 0 is the leader (the step itself, which reports to Dagster). The gang has ended when
+    the leader exits (the others are stopped: whatever they still do is the leader's to
+    decide), or when any other process dies with a non-zero code or a signal (a lost host, a
+    preemption): the rest are killed at once, since a collective would wait for the dead one
+    forever, and the gang's exit code is the dead process's. A follower that exits 0 has
+    finished its part; the gang waits for the leader.
+    """
+
+    def __init__(self, procs: Sequence[subprocess.Popen]) -> None:
+        self.procs = list(procs)
+        self.returncode: int | None = None
+        self.failed_process: int | None = None
+
+    @classmethod
+    def start(
+        cls, commands: Sequence[Sequence[str]], envs: Sequence[Mapping[str, str]]
+    ) -> ProcessGang:
+        procs: list[subprocess.Popen] = []
+        try:
+            for command, env in zip(commands, envs, strict=True):
+                procs.append(start_process_group(command, env))
+        except OSError:
+            for p in procs:
+                signal_group(p, signal.SIGKILL)
+                p.wait()
+            raise
+        return cls(procs)
+
+    @property
+    def pid(self) -> int:
+        return self.procs[0].pid
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def poll(self) -> int | None:
+        """None while the gang runs; then its exit code (the leader's, or the first casualty's)."""
+        if self.returncode is not None:
+            return self.returncode
+        leader = self.procs[0].poll()
+        if leader is not None:
+            self.returncode = leader
+            if leader != 0:
+                self.failed_process = 0
+        else:
+            for i, p in enumerate(self.procs[1:], start=1):
+                rc = p.poll()
+                if rc is not None and rc != 0:
+                    self.returncode, self.failed_process = rc, i
+                    break
+        if self.returncode is not None:
+            self.reap()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (rc := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired([str(p) for p in self.pids], timeout or 0)
+            time.sleep(0.05)
+        return rc
+
+    def reap(self) -> None:
+        """Kill every process group of the gang (what an ended leader left behind included)."""
+        for p in self.procs:
+            signal_group(p, signal.SIGKILL)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop(self, grace_seconds: float) -> int | None:
+        """Stop the gang: the leader as `stop_process_group` does (Dagster records the
+        interrupt), the others killed after it."""
+        rc = stop_process_group(self.procs[0], grace_seconds)
+        self.reap()
+        if self.returncode is None:
+            self.returncode = rc
+        return rc

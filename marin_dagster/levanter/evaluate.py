@@ -28,7 +28,7 @@ from marin_dagster.levanter.data import (
     eval_batches,
     open_eval_sets,
 )
-from marin_dagster.levanter.mesh import batch_sharding, make_mesh, replicated
+from marin_dagster.levanter.mesh import batch_sharding, global_array, make_mesh, replicated
 from marin_dagster.levanter.model import Params, token_losses
 
 
@@ -56,11 +56,16 @@ def run_eval(
 ) -> dict[str, EvalResult]:
     """Each eval set's mean token loss under `eval_step(params, tokens, row_mask)`."""
     results = {}
+    multi_process = jax.process_count() > 1
     for es in eval_sets:
         total, count = 0.0, 0.0
         for tokens, mask in eval_batches(es, seq_len, batch_size, max_batches):
             check_token_ids(tokens, vocab_size, f"validation[{es.name!r}]")
-            s, c = eval_step(params, jax.device_put(tokens, tokens_sharding), jnp.asarray(mask))
+            if multi_process:  # every process reads the (small) eval batch whole
+                row_mask = global_array(mask, replicated(tokens_sharding.mesh))
+                s, c = eval_step(params, global_array(tokens, tokens_sharding), row_mask)
+            else:
+                s, c = eval_step(params, jax.device_put(tokens, tokens_sharding), jnp.asarray(mask))
             total += float(s)
             count += float(c)
         loss = total / count

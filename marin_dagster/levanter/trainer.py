@@ -14,6 +14,11 @@ Rerunning `train` on the same `output_path` resumes from the latest checkpoint:
 batch `step` is a pure function of the config (see data.py), the step function
 is deterministic, so a resumed run ends with the same parameters as one that was
 never interrupted (bitwise on CPU).
+
+Multi-host (`distributed.py`): every process runs `train` (process 0 with the caller's config,
+the others with what it publishes); the mesh spans all their devices, each process reads only
+its rows of each batch, all take part in checkpoints, and process 0 alone logs and writes the
+files above, after every process has finished its steps and checkpoints.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import numpy as np
 import optax
 
 from marin_dagster import fs
+from marin_dagster.levanter import distributed
 from marin_dagster.levanter.checkpoint import Checkpointer, save_params
 from marin_dagster.levanter.config import LlamaConfig, TrainerSettings, TrainLmConfig
 from marin_dagster.levanter.data import (
@@ -43,7 +49,14 @@ from marin_dagster.levanter.data import (
     open_eval_sets,
 )
 from marin_dagster.levanter.evaluate import EvalResult, mean_eval_loss, run_eval
-from marin_dagster.levanter.mesh import batch_sharding, make_mesh, replicated, state_shardings
+from marin_dagster.levanter.mesh import (
+    batch_sharding,
+    global_batch,
+    make_mesh,
+    process_rows,
+    replicated,
+    state_shardings,
+)
 from marin_dagster.levanter.metrics import (
     MFU_FORMULA,
     MetricsLog,
@@ -246,10 +259,22 @@ class _Run:
     n_devices: int
     flops_per_token: float
     peak_flops: float
+    # This process's rows [start, stop) of each batch (all of them in a single process).
+    rows: tuple[int, int]
+    leader: bool = True
 
     @property
     def tokens_per_step(self) -> int:
         return self.config.batch_size * self.config.train_seq_len
+
+    def batch(self, step: int) -> np.ndarray:
+        """This process's rows of batch `step`."""
+        if step == 0:
+            return self.first_batch
+        size = self.config.batch_size
+        if self.rows == (0, size):
+            return self.data.batch(step, size)
+        return self.data.examples(step * size + np.arange(*self.rows, dtype=np.int64))
 
     def evaluate(self, params: Params) -> dict[str, EvalResult]:
         return run_eval(
@@ -283,9 +308,12 @@ def _set_up(config: TrainLmConfig, settings: TrainerSettings, output_path: str) 
     )
     validation = config.validation if config.validation is not None else default_validation(config)
     eval_sets = open_eval_sets(validation, seq_len, config.validation_split)
-    first = data.batch(0, config.batch_size)
+    rows = process_rows(batch_sharding(mesh), config.batch_size)
+    first = data.examples(np.arange(*rows, dtype=np.int64))
     check_token_ids(first, model.vocab_size, "datasets")
-    _record_config(output_path, config, model, settings)
+    leader = distributed.is_leader()
+    if leader:
+        _record_config(output_path, config, model, settings)
     compiled = _compiled(
         model,
         config.optimizer,
@@ -307,6 +335,8 @@ def _set_up(config: TrainLmConfig, settings: TrainerSettings, output_path: str) 
         n_devices,
         training_flops_per_token(model, seq_len),
         peak_flops(list(mesh.devices.flat), settings.peak_flops_per_device),
+        rows,
+        leader,
     )
 
 
@@ -354,7 +384,20 @@ def train(
     """
     log = log or logger
     settings = settings or TrainerSettings()
-    run = _set_up(config, settings, fs.normalize(output_path))
+    output_path = fs.normalize(output_path)
+    topology = distributed.initialize_from_env()
+    if topology.multi_process:
+        if topology.is_leader:
+            distributed.publish_job(
+                {
+                    "config": config.to_dict(),
+                    "output_path": output_path,
+                    "settings": dataclasses.asdict(settings),
+                }
+            )
+        else:  # process 0 alone logs and reports
+            on_metrics = None
+    run = _set_up(config, settings, output_path)
     train_step, tokens_sharding = run.compiled["train_step"], run.compiled["tokens_sharding"]
     checkpointer = Checkpointer(
         fs.join(run.output_path, "checkpoints"),
@@ -373,20 +416,24 @@ def train(
             metrics_log.load_until(
                 resumed_from, drop_eval_at_end=resumed_from >= config.num_train_steps
             )
-            log.info(
-                f"resumed from step {resumed_from} (the checkpoint in "
-                f"{checkpointer.step_path(resumed_from)}); "
-                f"{config.num_train_steps - resumed_from} of {config.num_train_steps} steps to go"
-            )
+            if run.leader:
+                log.info(
+                    f"resumed from step {resumed_from} (the checkpoint in "
+                    f"{checkpointer.step_path(resumed_from)}); "
+                    f"{config.num_train_steps - resumed_from} of {config.num_train_steps} "
+                    "steps to go"
+                )
 
         # One step per batch. Metrics stay on the device until a sync point (a log, eval or
         # checkpoint step), so the host does not wait for the device in between.
         clock, pending = _Clock(), []
         for step in range(resumed_from or 0, config.num_train_steps):
-            batch = run.first_batch if step == 0 else run.data.batch(step, config.batch_size)
+            batch = run.batch(step)
             if step:
                 check_token_ids(batch, run.model.vocab_size, f"datasets (batch {step})")
-            state, metrics = train_step(state, jax.device_put(batch, tokens_sharding))
+            state, metrics = train_step(
+                state, global_batch(batch, tokens_sharding, config.batch_size)
+            )
             done = step + 1
             pending.append((done, metrics))
             clock.steps += 1
@@ -405,7 +452,7 @@ def train(
             if rate is not None:
                 row.update(tokens_per_second=rate, mfu=rate * run.flops_per_token / run.peak_flops)
                 metrics_log.rows[-1] = row
-            if is_log:
+            if is_log and run.leader:
                 logger.info(
                     "step %d/%d loss %.4f lr %.3g grad_norm %.3f%s",
                     done,
@@ -418,13 +465,17 @@ def train(
                 if on_metrics is not None:
                     on_metrics(row)
             if is_eval and run.eval_sets and not is_last:
-                _log_eval(run.evaluate(state["params"]), done, metrics_log, on_metrics)
+                evals = run.evaluate(state["params"])
+                _log_eval(evals, done, metrics_log, on_metrics, run.leader)
             if is_ckpt:
                 checkpointer.save(done, state, {"step": done, "loss": row["loss"]})
-                metrics_log.flush()
+                if run.leader:
+                    metrics_log.flush()
             clock.restart()
 
         checkpointer.wait()
+        # Every process's steps and checkpoints are done before process 0 writes the end.
+        distributed.barrier("marin-levanter-train-steps-done")
         return _finish(
             run,
             state,
@@ -474,6 +525,7 @@ def _log_eval(
     step: int,
     metrics_log: MetricsLog,
     on_metrics: Callable[[dict[str, Any]], None] | None,
+    leader: bool = True,
 ) -> None:
     row: dict[str, Any] = {"step": step}
     for name, r in evals.items():
@@ -481,6 +533,8 @@ def _log_eval(
         row[f"eval/{name}/perplexity"] = r.perplexity
         if r.bits_per_byte is not None:
             row[f"eval/{name}/bpb"] = r.bits_per_byte
+        if not leader:
+            continue
         logger.info(
             "step %d eval %s: loss %.4f perplexity %.2f%s",
             step,
@@ -513,7 +567,12 @@ def _finish(
     evals: dict[str, EvalResult] = {}
     if run.eval_sets:
         evals = run.evaluate(state["params"])
-        _log_eval(evals, final_step, metrics_log, on_metrics)
+        _log_eval(evals, final_step, metrics_log, on_metrics, run.leader)
+    # Several processes: the FSDP-sharded parameters gathered whole on every host (a
+    # collective, so all take part); process 0 alone writes.
+    params = state["params"] if jax.process_count() == 1 else distributed.allgather(state["params"])
+    if not run.leader:
+        return _follower_result(run, final_step, evals, resumed_from, checkpointer)
     metrics_log.flush()
 
     train_rows = [r for r in metrics_log.rows if "loss" in r]
@@ -526,7 +585,7 @@ def _finish(
     )
     out = run.output_path
     params_path = fs.join(out, "params.npz")
-    save_params(params_path, state["params"])
+    save_params(params_path, params)
     fs.write_json(fs.join(out, "model_config.json"), run.model.to_dict())
     curve_path = fs.join(out, "loss_curve.png")
     eval_points = [
@@ -543,7 +602,7 @@ def _finish(
     prompt = sample_prompt or [run.data.components[0].cache.eos_id or int(run.first_batch[0, 0])]
     sample_ids = (
         generate(
-            state["params"],
+            params,
             run.model,
             prompt,
             settings.sample_tokens,
@@ -579,3 +638,35 @@ def _finish(
     )
     fs.write_json(fs.join(out, "train_result.json"), result.to_dict())
     return result
+
+
+def _follower_result(
+    run: _Run,
+    final_step: int,
+    evals: dict[str, EvalResult],
+    resumed_from: int | None,
+    checkpointer: Checkpointer,
+) -> TrainResult:
+    """What a process other than 0 returns: the run's numbers, nothing written."""
+    out = run.output_path
+    return TrainResult(
+        output_path=out,
+        final_step=final_step,
+        final_train_loss=float("nan"),
+        eval=evals,
+        eval_loss=mean_eval_loss(evals),
+        tokens_per_second=None,
+        mfu=None,
+        total_tokens=final_step * run.tokens_per_step,
+        num_parameters=run.model.num_parameters(),
+        flops_per_token=run.flops_per_token,
+        peak_flops=run.peak_flops,
+        resumed_from_step=resumed_from,
+        sample_text=None,
+        sample_ids=[],
+        params_path=fs.join(out, "params.npz"),
+        metrics_path=fs.join(out, "metrics.jsonl"),
+        loss_curve_path=fs.join(out, "loss_curve.png"),
+        checkpoint_path=checkpointer.step_path(final_step),
+        num_devices=run.n_devices,
+    )
