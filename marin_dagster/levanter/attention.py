@@ -5,8 +5,13 @@ bfloat16/float16 inputs: it never holds the (B, heads, T, T) scores (the scan ov
 layers used to keep every layer's float32 scores for the backward pass: 64 GiB for
 a 1B model at 16 x 2048) and skips the masked upper triangle. Elsewhere (CPU, TPU,
 float32) it runs XLA's path, which is `reference_attention`'s arithmetic: scores
-and softmax in float32. `reference_attention` is kept as the specification the
-kernels are tested against.
+and softmax in float32. On the CPU, "auto" runs `einsum_attention` instead: the
+same arithmetic with the key/value heads repeated to one per query head, so the
+two matmuls have a single head axis; XLA's CPU path (and the reference) contract
+over a (kv_heads, groups) pair of axes, which took 2-2.5x the time for the
+forward and backward pass at llama_nano's and llama_small_shakespeare's shapes
+(issue 19, docs/benchmarks.md). `reference_attention` is kept as the
+specification the kernels are tested against.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import jax
 import jax.numpy as jnp
 
 # auto: cuDNN where it applies (NVIDIA GPU, 16-bit inputs, head_dim a multiple of 8 up to 128),
-# else XLA. The others force one path (tests and benchmarks).
-ATTENTION_IMPLEMENTATIONS = ("auto", "cudnn", "xla", "reference")
+# else `einsum_attention` on the CPU (measured faster there), else XLA. The others force one path
+# (tests and benchmarks).
+ATTENTION_IMPLEMENTATIONS = ("auto", "cudnn", "xla", "einsum", "reference")
 
 
 @functools.cache
@@ -47,15 +53,37 @@ def causal_attention(
     (each kv head serves heads // kv_heads query heads). Returns q's shape and dtype.
     """
     if implementation == "auto":
-        implementation = "cudnn" if cudnn_applies(q) else "xla"
+        if cudnn_applies(q):
+            implementation = "cudnn"
+        elif jax.default_backend() == "cpu":
+            implementation = "einsum"
+        else:
+            implementation = "xla"
     if implementation == "reference":
         return reference_attention(q, k, v)
+    if implementation == "einsum":
+        return einsum_attention(q, k, v)
     if implementation not in ("cudnn", "xla"):
         raise ValueError(
             f"attention implementation must be one of {ATTENTION_IMPLEMENTATIONS}, "
             f"got {implementation!r}"
         )
     return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=implementation)
+
+
+def einsum_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """The formula with one head axis: kv heads repeated to the query heads (grouped-query
+    attention as Llama's reference code writes it), scores and softmax in float32."""
+    b, t, h, hd = q.shape
+    kv = k.shape[2]
+    if kv != h:
+        k, v = jnp.repeat(k, h // kv, axis=2), jnp.repeat(v, h // kv, axis=2)
+    scores = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
+    scores = scores / jnp.sqrt(jnp.float32(hd))
+    causal = jnp.tril(jnp.ones((t, t), dtype=bool))
+    scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    return jnp.einsum("bhts,bshd->bthd", probs, v)
 
 
 def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:

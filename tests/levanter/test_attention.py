@@ -34,38 +34,42 @@ def test_model_logits_match_the_reference_attention_in_float32(kv_heads: int) ->
     tokens = jnp.asarray(
         np.random.default_rng(1).integers(0, config.vocab_size, (3, 64)), jnp.int32
     )
-    new = forward(
-        params, tokens, config
-    )  # the CPU path: "auto" is XLA's dot_product_attention here
     old = forward(params, tokens, config, attention_impl="reference")
-    assert float(jnp.max(jnp.abs(new - old))) <= 1e-5
+    # "auto" is einsum_attention on the CPU; "xla" is XLA's dot_product_attention.
+    for implementation in ("auto", "xla", "einsum"):
+        new = forward(params, tokens, config, attention_impl=implementation)
+        assert float(jnp.max(jnp.abs(new - old))) <= 1e-5, implementation
     assert float(jnp.std(old)) > 0.1  # the comparison is not between near-constant logits
 
 
-def test_attention_is_causal_and_grouped() -> None:
+@pytest.mark.parametrize("implementation", ["auto", "xla", "einsum"])
+def test_attention_is_causal_and_grouped(implementation: str) -> None:
     rng = np.random.default_rng(2)
     q = jnp.asarray(rng.normal(size=(2, 16, 4, 8)), jnp.float32)
     k = jnp.asarray(rng.normal(size=(2, 16, 2, 8)), jnp.float32)
     v = jnp.asarray(rng.normal(size=(2, 16, 2, 8)), jnp.float32)
-    out = causal_attention(q, k, v)
+    out = causal_attention(q, k, v, implementation)
     np.testing.assert_allclose(out, reference_attention(q, k, v), atol=1e-6)
     # Changing position 10's keys and values changes nothing before it.
     k2, v2 = k.at[:, 10].add(1.0), v.at[:, 10].add(1.0)
-    out2 = causal_attention(q, k2, v2)
+    out2 = causal_attention(q, k2, v2, implementation)
     np.testing.assert_allclose(out[:, :10], out2[:, :10], atol=1e-6)
     assert not np.allclose(out[:, 10:], out2[:, 10:])
     # Query heads 0-1 use kv head 0, heads 2-3 kv head 1: repeating the kv heads is the same.
-    mha = causal_attention(q, jnp.repeat(k, 2, axis=2), jnp.repeat(v, 2, axis=2))
+    mha = causal_attention(q, jnp.repeat(k, 2, axis=2), jnp.repeat(v, 2, axis=2), implementation)
     np.testing.assert_allclose(out, mha, atol=1e-6)
 
 
-def test_gradients_match_the_reference() -> None:
+@pytest.mark.parametrize("implementation", ["auto", "xla", "einsum"])
+def test_gradients_match_the_reference(implementation: str) -> None:
     rng = np.random.default_rng(3)
     q, k, v = (
         jnp.asarray(rng.normal(size=s), jnp.float32)
         for s in ((2, 12, 4, 8), (2, 12, 2, 8), (2, 12, 2, 8))
     )
-    grads = jax.grad(lambda *a: jnp.sum(jnp.sin(causal_attention(*a))), argnums=(0, 1, 2))(q, k, v)
+    grads = jax.grad(
+        lambda *a: jnp.sum(jnp.sin(causal_attention(*a, implementation))), argnums=(0, 1, 2)
+    )(q, k, v)
     ref = jax.grad(lambda *a: jnp.sum(jnp.sin(reference_attention(*a))), argnums=(0, 1, 2))(q, k, v)
     for g, r in zip(grads, ref, strict=True):
         np.testing.assert_allclose(g, r, atol=1e-5)
