@@ -70,9 +70,9 @@ from marin_dagster.iris.executor_k8s import KubernetesLauncher, check_placeable,
 from marin_dagster.iris.inventory import DeviceLeases, LocalInventory, default_lease_dir
 from marin_dagster.iris.processes import (
     RUN_PID_ENV,
-    reap_group,
-    start_process_group,
-    stop_process_group,
+    ProcessGang,
+    free_port,
+    gang_env,
     was_preempted,
 )
 from marin_dagster.iris.resource_config import ResourceConfig, ResourceConfigError
@@ -150,7 +150,8 @@ class _Step:
     route: str  # "local" | "kubernetes"
     reported_at_launch: int
     status: str = "queued"  # queued, running, exited, retry_requested, failed, terminated
-    proc: subprocess.Popen | None = None
+    # The step's processes: one, or one per host of a multi-host step (process 0 reports).
+    proc: ProcessGang | None = None
     returncode: int | None = None
     devices: tuple = ()
     job_name: str | None = None
@@ -282,10 +283,9 @@ class IrisStepHandler(StepHandler):
     def _poll(self) -> None:
         for st in self._steps.values():
             if st.status == "running" and st.proc is not None:
-                rc = st.proc.poll()
+                rc = st.proc.poll()  # an ended gang has killed its remaining processes
                 if rc is not None:
                     st.status, st.returncode = "exited", rc
-                    reap_group(st.proc)
                     if st.devices:
                         self.leases.release(st.key)
 
@@ -317,7 +317,8 @@ class IrisStepHandler(StepHandler):
                     st.waiting_logged = True
                     self._event(
                         st,
-                        f'Step "{st.key}" waits for {st.request.accelerator_count} '
+                        f'Step "{st.key}" waits for '
+                        f"{st.request.accelerator_count * st.request.replicas} "
                         f"{st.request.device.kind.upper()}(s): its devices are busy",
                         {"requested": st.request, "devices": self.leases.holders(st.request)},
                     )
@@ -331,13 +332,11 @@ class IrisStepHandler(StepHandler):
         args = st.context.execute_step_args
         host = socket.gethostname()
         assigned = ",".join(str(d) for d in devices)
-        env = dict(os.environ)
-        env.update({e["name"]: e["value"] for e in args.get_command_env()})
-        env.update(placement.device_env(devices))
-        env.update(
+        base = dict(os.environ)
+        base.update({e["name"]: e["value"] for e in args.get_command_env()})
+        base.update(
             {
                 placement.REQUESTED_ENV: st.request.to_string(),
-                placement.ASSIGNED_DEVICES_ENV: assigned,
                 placement.HOST_ENV: host,
                 placement.LAUNCHER_ENV: "local",
                 placement.ATTEMPT_ENV: str(st.attempt),
@@ -345,20 +344,40 @@ class IrisStepHandler(StepHandler):
                 RUN_PID_ENV: str(os.getpid()),
             }
         )
+        # A multi-host step (replicas > 1): one process per replica on this machine, each with
+        # its share of the devices, joined through process 0's coordinator (the "hosts").
+        n = st.request.num_processes
+        per = len(devices) // n if n > 1 else len(devices)
+        shares = [devices[i * per : (i + 1) * per] for i in range(n)] if n > 1 else [devices]
+        coordinator = f"127.0.0.1:{free_port()}" if n > 1 else ""
+        envs = []
+        for i, share in enumerate(shares):
+            env = dict(base)
+            env.update(placement.device_env(share))
+            env[placement.ASSIGNED_DEVICES_ENV] = ",".join(str(d) for d in share)
+            if n > 1:
+                env.update(gang_env(n, i, coordinator))
+            envs.append(env)
         self._warn_if_cores_short(st, host)
         executable = args.job_origin.executable_path or sys.executable
         try:
-            st.proc = start_process_group([executable, "-m", WORKER_MODULE], env)
+            st.proc = ProcessGang.start([[executable, "-m", WORKER_MODULE]] * n, envs)
         except OSError:
             if devices:
                 self.leases.release(st.key)
             raise
         st.status, st.devices = "running", devices
-        visible = {k: env[k] for k in placement.device_env(devices)}
+        visible = {k: envs[0][k] for k in placement.device_env(shares[0])}
+        processes = (
+            f" as {n} processes (pids {', '.join(map(str, st.proc.pids))}; coordinator "
+            f"{coordinator})"
+            if n > 1
+            else f" (pid {st.proc.pid})"
+        )
         return DagsterEvent.step_worker_starting(
             st.context.get_step_context(st.key),
             message=(
-                f'Iris runs step "{st.key}" locally on {host} (pid {st.proc.pid}): asked for '
+                f'Iris runs step "{st.key}" locally on {host}{processes}: asked for '
                 f"{st.request}, given {assigned or 'no accelerator'}."
             ),
             metadata={
@@ -369,6 +388,15 @@ class IrisStepHandler(StepHandler):
                 "iris/attempt": MetadataValue.text(str(st.attempt)),
                 "pid": MetadataValue.text(str(st.proc.pid)),
                 "env": MetadataValue.json(visible),
+                **(
+                    {
+                        "iris/processes": MetadataValue.text(str(n)),
+                        "pids": MetadataValue.text(",".join(map(str, st.proc.pids))),
+                        "coordinator": MetadataValue.text(coordinator),
+                    }
+                    if n > 1
+                    else {}
+                ),
             },
         )
 
@@ -464,13 +492,24 @@ class IrisStepHandler(StepHandler):
                 if st.status == "running" or st.returncode == 0:
                     return CheckStepHealthResult.healthy()
                 rc = st.returncode
+                gang = check.not_none(st.proc)
+                who = (
+                    f"process {gang.failed_process} of {len(gang.procs)} of the step "
+                    f"(pid {gang.procs[gang.failed_process].pid}) exited with code {rc}, and "
+                    "Iris stopped the others"
+                    if gang.failed_process
+                    else f"step process exited with code {rc}"
+                )
                 return self._after_death(
                     st,
                     was_preempted(rc),
-                    f"step process exited with code {rc}"
-                    + (" (SIGTERM: preempted)" if was_preempted(rc) else ""),
+                    who + (" (SIGTERM: preempted)" if was_preempted(rc) else ""),
                 )
-            state = self.k8s.state(check.not_none(st.job_name), check.not_none(st.namespace))
+            state = self.k8s.state(
+                check.not_none(st.job_name),
+                check.not_none(st.namespace),
+                st.request.num_processes,
+            )
             if state.phase == "running":
                 self._log_node(st)
                 return CheckStepHealthResult.healthy()
@@ -550,7 +589,7 @@ class IrisStepHandler(StepHandler):
                         logger.warning(
                             "step %s still running at the end of its run; stopping it", st.key
                         )
-                        stop_process_group(st.proc, self._settings.termination_grace_seconds)
+                        st.proc.stop(self._settings.termination_grace_seconds)
             self._poll()
             if self._leases is not None:
                 self._leases.release_all()
@@ -565,7 +604,7 @@ class IrisStepHandler(StepHandler):
                 self._queue.remove(key)
             previous, st.status = st.status, "terminated"
             if st.route == "local" and st.proc is not None:
-                rc = stop_process_group(st.proc, self._settings.termination_grace_seconds)
+                rc = st.proc.stop(self._settings.termination_grace_seconds)
                 if st.devices:
                     self.leases.release(st.key)
                 message = f'Iris stopped step "{key}" (process group {st.proc.pid}, exit {rc})'

@@ -5,6 +5,15 @@ order: the deployment (K8sRunLauncher settings when the instance has one, else
 `KubernetesSettings`), the step's `dagster-k8s/config` op tag (limits, node selectors,
 tolerations from its ResourceConfig) and Iris's own additions (labels, TTL, placement env).
 Secrets only ever enter pods as `envFrom.secretRef` or `valueFrom.secretKeyRef`.
+
+A multi-host step (`gpu:h100x8 replicas=2`, `tpu:v5e-16`: `ResourceConfig.num_processes` > 1)
+is one indexed Job (`completionMode: Indexed`, completions = parallelism = the number of hosts,
+each pod asking for one host's devices) and a headless Service of the Job's name, its pods'
+`subdomain`, so pod 0 is reachable as `{job}-0.{job}`: that is the coordinator address each
+pod is given (`MARIN_COORDINATOR_ADDRESS`), with `MARIN_NUM_PROCESSES` and `MARIN_PROCESS_ID`
+(the pod's completion index). The Job succeeds when index 0 (the Dagster step) does
+(`successPolicy`); any pod failing fails the Job, the Job controller stops the other pods, and
+Iris retries the step as its policy says. The Service is owned by the Job and goes with it.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from dagster_k8s.job import (
 from dagster_k8s.launcher import K8sRunLauncher
 
 from marin_dagster.iris import placement
+from marin_dagster.iris.processes import COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV
 from marin_dagster.iris.resource_config import (
     TPU_GENERATIONS,
     ResourceConfig,
@@ -104,6 +114,7 @@ class KubernetesLauncher:
         extra_env: Sequence[Mapping[str, Any]],
         labels: Mapping[str, str],
         request: ResourceConfig,
+        job_name: str | None = None,
     ) -> K8sContainerContext:
         s = self.settings
         base = K8sContainerContext(
@@ -138,6 +149,19 @@ class KubernetesLauncher:
             "job_metadata": {"labels": dict(labels)},
             "pod_template_spec_metadata": {"labels": dict(labels)},
         }
+        n = request.num_processes
+        if n > 1:
+            additions["job_spec_config"].update(
+                {
+                    "completion_mode": "Indexed",
+                    "completions": n,
+                    "parallelism": n,
+                    # Done when process 0, the Dagster step, is done: the others are stopped.
+                    "success_policy": {"rules": [{"succeeded_indexes": "0"}]},
+                }
+            )
+            # Pod i is {job}-{i}.{job}: the headless Service of the same name.
+            additions["pod_spec_config"] = {"subdomain": job_name}
         check_placeable(request)
         return base.merge(
             K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(dict(step_tags)))
@@ -185,8 +209,11 @@ class KubernetesLauncher:
                 "value_from": {"field_ref": {"field_path": "metadata.name"}},
             },
             {"name": placement.ASSIGNED_DEVICES_ENV, "value": _assigned_devices(request)},
+            *self.process_env(request, job_name),
         ]
-        context = self.container_context(run, run_launcher, step_tags, extra_env, labels, request)
+        context = self.container_context(
+            run, run_launcher, step_tags, extra_env, labels, request, job_name
+        )
         if isinstance(run_launcher, K8sRunLauncher):
             job_config = context.get_k8s_job_config(image, run_launcher)
         else:
@@ -211,16 +238,85 @@ class KubernetesLauncher:
         )
         return job, context.namespace or self.settings.namespace
 
+    def process_env(self, request: ResourceConfig, job_name: str) -> list[dict[str, Any]]:
+        """A multi-host step's env: the process count, pod 0's address, the pod's index."""
+        if request.num_processes == 1:
+            return []
+        return [
+            {"name": NUM_PROCESSES_ENV, "value": str(request.num_processes)},
+            {
+                "name": COORDINATOR_ENV,
+                "value": f"{job_name}-0.{job_name}:{self.settings.coordinator_port}",
+            },
+            {
+                "name": PROCESS_ID_ENV,
+                "value_from": {
+                    "field_ref": {
+                        "field_path": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                    }
+                },
+            },
+        ]
+
+    def render_service(self, job: kubernetes.client.V1Job) -> kubernetes.client.V1Service:
+        """The headless Service that names an indexed Job's pods (`{job}-{i}.{job}`), owned by
+        the Job (deleted with it). The Job must have been created (its uid is set)."""
+        name = job.metadata.name
+        return kubernetes.client.V1Service(
+            api_version="v1",
+            kind="Service",
+            metadata=kubernetes.client.V1ObjectMeta(
+                name=name,
+                labels=dict(job.metadata.labels or {}),
+                owner_references=[
+                    kubernetes.client.V1OwnerReference(
+                        api_version="batch/v1",
+                        kind="Job",
+                        name=name,
+                        uid=job.metadata.uid,
+                        controller=False,
+                    )
+                ],
+            ),
+            spec=kubernetes.client.V1ServiceSpec(
+                cluster_ip="None",
+                selector={"job-name": name},
+                # Pods are addressable before they are ready: process 0 serves the coordinator
+                # before anything could call it ready.
+                publish_not_ready_addresses=True,
+                ports=[
+                    kubernetes.client.V1ServicePort(
+                        name="coordinator", port=self.settings.coordinator_port
+                    )
+                ],
+            ),
+        )
+
     # -- API calls ---------------------------------------------------------------------------
 
     def create(self, job: kubernetes.client.V1Job, namespace: str) -> None:
         self.client.create_namespaced_job_with_retries(body=job, namespace=namespace)
+        if job.spec.completion_mode == "Indexed":
+            created = self.client.batch_api.read_namespaced_job_status(
+                name=job.metadata.name, namespace=namespace
+            )
+            self.client.core_api.create_namespaced_service(
+                namespace=namespace, body=self.render_service(created)
+            )
 
-    def state(self, job_name: str, namespace: str) -> JobState:
+    def state(self, job_name: str, namespace: str, processes: int = 1) -> JobState:
         status = self.client.get_job_status(job_name=job_name, namespace=namespace)
         if status is None:
             return JobState("missing", f"Kubernetes Job {job_name} was not found")
-        if status.succeeded:
+        if processes > 1:
+            # An indexed Job counts each pod that succeeded; it is done when its success
+            # policy (index 0) is met.
+            if any(
+                c.type in ("Complete", "SuccessCriteriaMet") and c.status == "True"
+                for c in status.conditions or []
+            ):
+                return JobState("succeeded")
+        elif status.succeeded:
             return JobState("succeeded")
         if not status.failed:
             return JobState("running")
@@ -248,16 +344,14 @@ class KubernetesLauncher:
 
 def check_placeable(request: ResourceConfig) -> None:
     """Refuse, before launch, what one step Job cannot run."""
-    if isinstance(request.device, TpuConfig) and request.device.hosts > 1:
+    if isinstance(request.device, TpuConfig) and request.replicas > 1:
+        gen = TPU_GENERATIONS[request.device.generation]
         raise ResourceConfigError(
-            f"{request} spans {request.device.hosts} TPU hosts; the Kubernetes launcher runs "
-            f"single-host slices (up to {TPU_GENERATIONS[request.device.generation].max_single_host_chips} "
-            f"chips for {request.device.generation}): ask for a single-host slice"
-        )
-    if request.replicas > 1:
-        raise ResourceConfigError(
-            f"{request}: replicas={request.replicas} (multislice) is not supported by the "
-            f"Kubernetes launcher; use replicas=1"
+            f"{request}: replicas={request.replicas} TPU slices (multislice, over the data-center "
+            f"network) is not supported by the Kubernetes launcher; ask for one bigger slice "
+            f"instead (e.g. tpu:{request.device.generation}-"
+            f"{request.device.chips * request.replicas * gen.cores_per_chip_in_name}) with "
+            f"replicas=1"
         )
 
 
@@ -268,6 +362,7 @@ def classify_failed_pods(job_name: str, pods: Sequence[Any]) -> JobState:
         return JobState(
             "preempted", f"Kubernetes Job {job_name} failed and its pod is gone (node lost)"
         )
+    # Any preempted pod first: in a multi-host Job the other pods fail because it is gone.
     for pod in pods:
         status = pod.status
         if status is None:
@@ -288,6 +383,12 @@ def classify_failed_pods(job_name: str, pods: Sequence[Any]) -> JobState:
                 return JobState(
                     "preempted", f"pod {pod.metadata.name}: container got SIGTERM (exit 143)"
                 )
+    for pod in pods:
+        status = pod.status
+        if status is None:
+            continue
+        for cs in status.container_statuses or []:
+            terminated = cs.state.terminated if cs.state else None
             if terminated and terminated.exit_code:
                 return JobState(
                     "failed",

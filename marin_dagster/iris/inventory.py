@@ -118,12 +118,21 @@ class LocalInventory:
         """Raise before launch when this machine can never satisfy `request`."""
         if not request.needs_accelerator:
             return
-        if request.replicas > 1:
+        device = request.device
+        if isinstance(device, TpuConfig) and request.num_processes > 1:
             raise ResourceConfigError(
-                f"step {step!r} asks for {request} ({request.replicas} replicas); the local "
-                f"launcher runs one replica per step, and so does the Kubernetes one: use replicas=1"
+                f"step {step!r} asks for {request}, "
+                + (
+                    f"a slice of {device.hosts} TPU hosts"
+                    if device.hosts > 1
+                    else f"{request.replicas} TPU slices (multislice)"
+                )
+                + "; the local launcher runs on this one machine: ask for a single-host "
+                f"slice (up to {TPU_GENERATIONS[device.generation].max_single_host_chips} "
+                f"chips for {device.generation}), or use launcher='kubernetes'"
             )
-        wanted = request.accelerator_count
+        # replicas > 1: one process per replica, each with its own `accelerator_count` devices.
+        wanted = request.accelerator_count * request.replicas
         usable = self.serving(request)
         if len(usable) < wanted:
             kind = request.device.kind
@@ -135,7 +144,13 @@ class LocalInventory:
             )
             raise ResourceConfigError(
                 f"step {step!r} asks for {request} ({wanted} {kind.upper()}"
-                f"{'s' if wanted != 1 else ''}) but the local inventory ({self.source}) has "
+                f"{'s' if wanted != 1 else ''}"
+                + (
+                    f", {request.accelerator_count} for each of {request.replicas} processes"
+                    if request.replicas > 1
+                    else ""
+                )
+                + f") but the local inventory ({self.source}) has "
                 f"{len(usable)} that fit: {have}. Lower the request, list more devices in the "
                 f"Iris inventory, or use launcher='kubernetes'."
             )
@@ -197,10 +212,11 @@ class DeviceLeases:
         return os.path.join(self.lease_dir, f"{device.kind}-{device.id}.lock")
 
     def acquire(self, owner: str, request: ResourceConfig) -> tuple[Device, ...] | None:
-        """Lease `request.accelerator_count` free devices to `owner`, or None if too few are free."""
+        """Lease `request.accelerator_count` free devices per replica to `owner` (all of them,
+        replica after replica), or None if too few are free."""
         if owner in self._held:
             raise RuntimeError(f"{owner} already holds {[str(d) for d, _ in self._held[owner]]}")
-        wanted = request.accelerator_count
+        wanted = request.accelerator_count * request.replicas
         taken: list[tuple[Device, int]] = []
         for device in self.inventory.serving(request):
             if len(taken) == wanted:

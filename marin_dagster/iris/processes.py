@@ -151,6 +151,20 @@ class ProcessGang:
         self.procs = list(procs)
         self.returncode: int | None = None
         self.failed_process: int | None = None
+        # (process index, exit code) in the order the processes ended: when a host dies, the
+        # others fail in their collectives a moment later, and the first death is the cause.
+        self._ended: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+        if len(self.procs) > 1:
+            for i, p in enumerate(self.procs):
+                threading.Thread(
+                    target=self._watch, args=(i, p), name=f"marin-iris-gang-{p.pid}", daemon=True
+                ).start()
+
+    def _watch(self, index: int, proc: subprocess.Popen) -> None:
+        rc = proc.wait()
+        with self._lock:
+            self._ended.append((index, rc))
 
     @classmethod
     def start(
@@ -179,16 +193,16 @@ class ProcessGang:
         """None while the gang runs; then its exit code (the leader's, or the first casualty's)."""
         if self.returncode is not None:
             return self.returncode
-        leader = self.procs[0].poll()
-        if leader is not None:
-            self.returncode = leader
-            if leader != 0:
-                self.failed_process = 0
+        if len(self.procs) == 1:
+            rc = self.procs[0].poll()
+            if rc is not None:
+                self.returncode, self.failed_process = rc, (0 if rc else None)
         else:
-            for i, p in enumerate(self.procs[1:], start=1):
-                rc = p.poll()
-                if rc is not None and rc != 0:
-                    self.returncode, self.failed_process = rc, i
+            with self._lock:
+                ended = list(self._ended)
+            for i, rc in ended:  # the first to end with a failure, or the leader
+                if rc != 0 or i == 0:
+                    self.returncode, self.failed_process = rc, (i if rc else None)
                     break
         if self.returncode is not None:
             self.reap()

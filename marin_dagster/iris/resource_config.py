@@ -230,7 +230,12 @@ def _fmt_cpu(cpu: float) -> str:
 
 @dataclass(frozen=True)
 class ResourceConfig:
-    """What one step needs. `ram`/`disk` accept "16g"-style sizes; `replicas` > 1 is multislice."""
+    """What one step needs. `ram`/`disk` accept "16g"-style sizes.
+
+    `replicas` > 1 runs the step as that many processes, each with the device request (one
+    host each: `gpu:h100x8 replicas=2` is 2 hosts of 8 GPUs), joined by `jax.distributed`; a
+    multi-host TPU slice (`tpu:v5e-16` and up) runs one process per host of the slice.
+    """
 
     cpu: float = 1
     ram: str = "4g"
@@ -254,8 +259,8 @@ class ResourceConfig:
         if self.replicas > 1 and isinstance(self.device, CpuConfig):
             # Refused here, not at launch: no launcher could ever run it, whatever the machine.
             raise ResourceConfigError(
-                f"replicas={self.replicas} asks for {self.replicas} accelerator slices "
-                f"(multislice), but this step is CPU-only and runs as one process: drop "
+                f"replicas={self.replicas} asks for {self.replicas} accelerator hosts "
+                f"(multi-host), but this step is CPU-only and runs as one process: drop "
                 f"replicas=, or ask for more cores with cpu=N"
             )
 
@@ -331,6 +336,13 @@ class ResourceConfig:
     def accelerator_count(self) -> int:
         """GPUs or TPU chips per replica (0 for CPU)."""
         return self.device.count
+
+    @property
+    def num_processes(self) -> int:
+        """Processes (one per host) the step runs as: GPU replicas, or a TPU slice's hosts."""
+        if isinstance(self.device, TpuConfig):
+            return self.device.hosts * self.replicas
+        return self.replicas
 
     @property
     def ram_bytes(self) -> int:

@@ -81,6 +81,9 @@ class KubernetesSettings:
     require_shared_instance: bool = setting(
         True, "Refuse an instance only this host can read (step pods write events to it)"
     )
+    coordinator_port: int = setting(
+        8476, "Port of process 0's jax.distributed coordinator in a multi-host step's Job"
+    )
     step_k8s_config: Mapping[str, Any] = setting(
         description="Raw dagster-k8s config merged into every step Job "
         "(UserDefinedDagsterK8sConfig fields)",

@@ -108,6 +108,10 @@ def initialize_from_env() -> Topology:
     timeout = int(float(os.environ.get(INIT_TIMEOUT_ENV, "600")))
     # CPU devices of different processes talk through gloo (GPUs and TPUs have their own).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # JAX's preemption service would catch SIGTERM and keep training; a preempted host must
+    # die by it instead, so the launcher stops the others and retries the step, which
+    # resumes from its last checkpoint.
+    jax.config.update("jax_enable_preemption_service", False)
     if topo.num_processes == 0:
         jax.distributed.initialize(initialization_timeout=timeout)
     else:
@@ -127,6 +131,30 @@ def initialize_from_env() -> Topology:
         jax.device_count(),
     )
     return _initialized
+
+
+# The exit code of a process that left because a collective failed (another process died):
+# its launcher blames whichever process ended first (see iris.processes.ProcessGang).
+PEER_LOST_EXIT_CODE = 75
+
+
+def leave_if_peer_lost(error: BaseException) -> None:
+    """After a failed collective or coordination call in a multi-process training, leave at
+    once with `PEER_LOST_EXIT_CODE`, reporting nothing: the cause is most likely another
+    process's death (a preempted host), which the launcher sees and retries; a caller that
+    reported this error (a Dagster step) would record an ordinary failure instead."""
+    if not isinstance(error, jax.errors.JaxRuntimeError):
+        return
+    import sys
+    import traceback
+
+    sys.stderr.write(
+        f"marin levanter: process {jax.process_index()} of {jax.process_count()} leaves: a "
+        f"collective failed, most likely because another process died:\n"
+        + "".join(traceback.format_exception(error))
+    )
+    sys.stderr.flush()
+    os._exit(PEER_LOST_EXIT_CODE)
 
 
 def is_leader() -> bool:

@@ -487,6 +487,10 @@ def train(
             decode,
             sample_prompt,
         )
+    except Exception as e:
+        if topology.multi_process:
+            distributed.leave_if_peer_lost(e)
+        raise
     finally:
         checkpointer.close()
 

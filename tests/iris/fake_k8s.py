@@ -32,6 +32,7 @@ class FakeBatchV1Api:
             ("create_namespaced_job", {"name": body.metadata.name, "namespace": namespace})
         )
         body.status = client.V1JobStatus(active=1)
+        body.metadata.uid = f"uid-{body.metadata.name}"
         self.jobs[(namespace, body.metadata.name)] = body
         return body
 
@@ -65,7 +66,17 @@ class FakeBatchV1Api:
 class FakeCoreV1Api:
     def __init__(self) -> None:
         self.pods: dict[tuple[str, str], client.V1Pod] = {}
+        self.services: dict[tuple[str, str], client.V1Service] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def create_namespaced_service(
+        self, namespace: str, body: client.V1Service, **kwargs: Any
+    ) -> client.V1Service:
+        self.calls.append(
+            ("create_namespaced_service", {"name": body.metadata.name, "namespace": namespace})
+        )
+        self.services[(namespace, body.metadata.name)] = body
+        return body
 
     def add_pod(
         self, namespace: str, job_name: str, status: client.V1PodStatus, node: str = "gke-node-1"

@@ -41,9 +41,15 @@ def test_impossible_local_requests_are_clear():
     assert "launcher='kubernetes'" in message
     with pytest.raises(ResourceConfigError, match="has 0 that fit"):
         inv.check_feasible(ResourceConfig.parse("tpu:v5e-4"), "tpu_step")
-    with pytest.raises(ResourceConfigError, match="replicas"):
-        LocalInventory.from_config(gpus=["0", "1"]).check_feasible(
-            ResourceConfig.parse("gpu:1 replicas=2"), "multi"
+    # Multi-host: one process per replica, each with its own devices.
+    two = LocalInventory.from_config(gpus=["0", "1"])
+    two.check_feasible(ResourceConfig.parse("gpu:1 replicas=2"), "multi")
+    with pytest.raises(ResourceConfigError, match="4 GPUs, 2 for each of 2 processes"):
+        two.check_feasible(ResourceConfig.parse("gpu:2 replicas=2"), "multi")
+    # A multi-host TPU slice is many machines: not this one.
+    with pytest.raises(ResourceConfigError, match="a slice of 4 TPU hosts.*kubernetes"):
+        LocalInventory.from_config(tpu_chips=[str(i) for i in range(16)]).check_feasible(
+            ResourceConfig.parse("tpu:v5e-16"), "big"
         )
     with pytest.raises(ResourceConfigError, match="twice"):
         LocalInventory.from_config(gpus=["0", "0"])
@@ -60,6 +66,7 @@ def test_leases_are_exclusive_within_and_across_processes(tmp_path):
     assert a and b and set(a).isdisjoint(b)
     assert leases.acquire("c", gpu1) is None  # all-or-nothing, nothing left
     assert leases.acquire("d", ResourceConfig.parse("gpu:2")) is None
+    assert leases.acquire("e", ResourceConfig.parse("gpu:1 replicas=2")) is None
     holders = leases.holders(gpu1)
     assert sorted(h.split()[0] for h in holders.values()) == ["a", "b"]
 

@@ -138,11 +138,90 @@ def test_tpu_job_manifest_and_retry_attempt_name():
     assert "nvidia.com/gpu" not in container.resources.limits
 
 
+def _indexed_checks(job: client.V1Job, processes: int) -> dict[str, client.V1EnvVar]:
+    assert job.spec.completion_mode == "Indexed"
+    assert job.spec.completions == job.spec.parallelism == processes
+    assert job.spec.backoff_limit == 0
+    assert [r.succeeded_indexes for r in job.spec.success_policy.rules] == ["0"]
+    assert job.spec.template.spec.subdomain == job.metadata.name
+    env = {e.name: e for e in job.spec.template.spec.containers[0].env}
+    assert env["MARIN_NUM_PROCESSES"].value == str(processes)
+    name = job.metadata.name
+    assert env["MARIN_COORDINATOR_ADDRESS"].value == f"{name}-0.{name}:8476"
+    assert (
+        env["MARIN_PROCESS_ID"].value_from.field_ref.field_path
+        == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
+    return env
+
+
+def test_multi_host_gpu_job_is_an_indexed_job_with_a_coordinator():
+    rendered, _ = _render("gpu:h100x8 replicas=2")
+    job, wire = _as_model(rendered)
+    container = _common_checks(job, wire)
+    _indexed_checks(job, 2)
+    # Each pod is one host with its 8 GPUs.
+    assert container.resources.limits["nvidia.com/gpu"] == "8"
+    assert wire["spec"]["completionMode"] == "Indexed"
+    assert wire["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    assert wire["spec"]["template"]["spec"]["subdomain"] == job.metadata.name
+
+
+def test_multi_host_tpu_slice_is_one_pod_per_host():
+    rendered, _ = _render("tpu:v5e-16")
+    job, wire = _as_model(rendered)
+    container = _common_checks(job, wire)
+    _indexed_checks(job, 4)  # v5e-16: 4 hosts of 4 chips
+    assert container.resources.limits["google.com/tpu"] == "4"
+    assert job.spec.template.spec.node_selector == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+    }
+
+
+def test_single_host_jobs_stay_plain():
+    job, _ = _render("gpu:h100x8")
+    assert job.spec.completion_mode is None and job.spec.completions is None
+    env = {e.name for e in job.spec.template.spec.containers[0].env}
+    assert not env & {"MARIN_NUM_PROCESSES", "MARIN_PROCESS_ID", "MARIN_COORDINATOR_ADDRESS"}
+
+
+def test_indexed_job_gets_a_headless_service_owned_by_it():
+    """What the launcher sends the API server (which is what does not run here)."""
+    batch, core = FakeBatchV1Api(), FakeCoreV1Api()
+    launcher = KubernetesLauncher(SETTINGS, batch_api=batch, core_api=core)
+    job, namespace = _render("gpu:h100x8 replicas=2")
+    launcher.create(job, namespace)
+    (svc,) = core.services.values()
+    wire = client.ApiClient().sanitize_for_serialization(svc)
+    name = job.metadata.name
+    assert wire["kind"] == "Service" and wire["metadata"]["name"] == name
+    assert wire["spec"]["clusterIP"] == "None"  # headless: DNS names pods, no virtual IP
+    assert wire["spec"]["selector"] == {"job-name": name}
+    assert wire["spec"]["publishNotReadyAddresses"] is True
+    assert wire["spec"]["ports"] == [{"name": "coordinator", "port": 8476}]
+    (owner,) = wire["metadata"]["ownerReferences"]
+    assert owner["kind"] == "Job" and owner["name"] == name and owner["uid"] == f"uid-{name}"
+    assert wire["metadata"]["labels"]["marin/iris"] == "step"
+
+    # Done when index 0 is done, not when the first pod (perhaps a follower) succeeds.
+    batch.jobs[(namespace, name)].status = client.V1JobStatus(succeeded=1, active=1)
+    assert launcher.state(name, namespace, processes=2).phase == "running"
+    batch.jobs[(namespace, name)].status = client.V1JobStatus(
+        succeeded=1,
+        conditions=[client.V1JobCondition(type="SuccessCriteriaMet", status="True")],
+    )
+    assert launcher.state(name, namespace, processes=2).phase == "succeeded"
+
+    # A single-host Job has no Service.
+    plain, _ = _render("gpu:1")
+    launcher.create(plain, namespace)
+    assert len(core.services) == 1
+
+
 def test_requests_the_launcher_cannot_place():
-    with pytest.raises(ResourceConfigError, match="spans 4 TPU hosts"):
-        _render("tpu:v5e-16")
-    with pytest.raises(ResourceConfigError, match="replicas=2"):
-        _render("gpu:h100 replicas=2")
+    with pytest.raises(ResourceConfigError, match="multislice"):
+        _render("tpu:v5e-8 replicas=2")
     no_image = KubernetesLauncher(
         KubernetesSettings(), batch_api=FakeBatchV1Api(), core_api=FakeCoreV1Api()
     )
@@ -200,6 +279,12 @@ def test_classify_failed_pods():
     )
     failed = classify_failed_pods("j", [pod(_pod_status(container_statuses=terminated(1)))])
     assert failed.phase == "failed" and "exited 1" in failed.reason
+    # A multi-host Job: one host preempted, another failed in its collective after it.
+    both = [
+        pod(_pod_status(container_statuses=terminated(75))),
+        pod(_pod_status(container_statuses=terminated(143))),
+    ]
+    assert classify_failed_pods("j", both).phase == "preempted"
 
 
 def _handler_context(instance, job_def, run, step_key, attempt, handler):

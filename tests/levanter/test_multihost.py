@@ -95,6 +95,7 @@ def test_two_processes_train_like_one_then_survive_a_sigkill(tmp_path) -> None:
         "vocab": VOCAB,
         "checkpoint_every_steps": 4,
         "log_every": 5,
+        "sample_tokens": 0,
     }
     fsdp = {"parallelism": "fsdp"}
 
