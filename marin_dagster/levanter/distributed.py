@@ -36,8 +36,12 @@ logger = logging.getLogger(__name__)
 COORDINATOR_ENV = "MARIN_COORDINATOR_ADDRESS"
 NUM_PROCESSES_ENV = "MARIN_NUM_PROCESSES"
 PROCESS_ID_ENV = "MARIN_PROCESS_ID"
-# Seconds a process waits for the others to join (all of a Job's pods must be scheduled).
+# Seconds a process waits for the others to join, and a follower for the leader's job: the
+# leader joins only when its step starts training (after its inputs are checked, or another
+# run's lease on the output is released), and all of a Job's pods must be scheduled. A leader
+# that never trains (its step is skipped) ends the gang, which stops the waiting followers.
 INIT_TIMEOUT_ENV = "MARIN_DISTRIBUTED_TIMEOUT_S"
+DEFAULT_INIT_TIMEOUT_S = 3600.0
 AUTO = "auto"
 
 _JOB_KEY = "marin/levanter/train_job"
@@ -105,7 +109,7 @@ def initialize_from_env() -> Topology:
     if topo is None or topo.num_processes == 1:
         _initialized = Topology()
         return _initialized
-    timeout = int(float(os.environ.get(INIT_TIMEOUT_ENV, "600")))
+    timeout = int(_timeout_s())
     # CPU devices of different processes talk through gloo (GPUs and TPUs have their own).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     # JAX's preemption service would catch SIGTERM and keep training; a preempted host must
@@ -155,6 +159,10 @@ def leave_if_peer_lost(error: BaseException) -> None:
     )
     sys.stderr.flush()
     os._exit(PEER_LOST_EXIT_CODE)
+
+
+def _timeout_s() -> float:
+    return float(os.environ.get(INIT_TIMEOUT_ENV) or DEFAULT_INIT_TIMEOUT_S)
 
 
 def is_leader() -> bool:
@@ -209,7 +217,7 @@ def follow() -> Any:
             "`python -m marin_dagster.levanter.follower`"
         )
     # The leader may still be loading (a Dagster step reads its inputs before training).
-    job = fetch_job(float(os.environ.get(INIT_TIMEOUT_ENV, "600")) * 6)
+    job = fetch_job(_timeout_s())
     return train(
         TrainLmConfig.from_dict(job["config"]),
         job["output_path"],

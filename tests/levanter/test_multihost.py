@@ -162,3 +162,30 @@ def test_two_processes_train_like_one_then_survive_a_sigkill(tmp_path) -> None:
     assert len(resumed_losses) == STEPS
     np.testing.assert_allclose(resumed_losses, two_losses, rtol=RTOL)
     np.testing.assert_allclose(resumed_losses, one_losses, rtol=RTOL)
+
+
+def test_topology_from_the_launchers_environment() -> None:
+    from marin_dagster.levanter.distributed import Topology, topology_from_env
+
+    assert topology_from_env({}) is None  # no launcher: one process, as before
+    assert topology_from_env({"MARIN_NUM_PROCESSES": "auto"}) == Topology(num_processes=0)
+    topo = topology_from_env(
+        {
+            "MARIN_NUM_PROCESSES": "4",
+            "MARIN_PROCESS_ID": "3",
+            "MARIN_COORDINATOR_ADDRESS": "job-0.job:8476",
+        }
+    )
+    assert topo == Topology(4, 3, "job-0.job:8476") and not topo.is_leader
+    with pytest.raises(ValueError, match="MARIN_COORDINATOR_ADDRESS is unset"):
+        topology_from_env({"MARIN_NUM_PROCESSES": "2", "MARIN_PROCESS_ID": "0"})
+    with pytest.raises(ValueError, match="must be in 0..1"):
+        topology_from_env(
+            {
+                "MARIN_NUM_PROCESSES": "2",
+                "MARIN_PROCESS_ID": "2",
+                "MARIN_COORDINATOR_ADDRESS": "h:1",
+            }
+        )
+    with pytest.raises(ValueError, match="expected integers"):
+        topology_from_env({"MARIN_NUM_PROCESSES": "two"})
