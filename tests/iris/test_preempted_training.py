@@ -15,7 +15,8 @@ from marin_dagster.iris.executor import WORKER_MODULE
 from tests.iris import train_job
 from tests.iris.conftest import execution_config
 
-STEP_KEY = "checkpoints__tiny_shakespeare"
+# The train_lm step's op name, from the asset itself (asset keys are named by the factories).
+STEP_KEY = train_job.assets()[3].op.name
 
 
 def _checkpoint_steps(prefix: str) -> list[int]:
