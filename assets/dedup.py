@@ -50,7 +50,14 @@ def deduplicated(
     resources: str | ResourceConfig = "cpu",
     **config: Any,
 ) -> dg.AssetsDefinition:
-    """`source` without its duplicates (exact, paragraph or fuzzy MinHash-LSH), with attributes."""
+    """`source` without its duplicates (exact, paragraph or fuzzy MinHash-LSH), with attributes.
+
+    `config` takes `DedupConfig`'s fields. Fuzzy dedup checks doubtful links exactly
+    (`verify=True`, the default), so a removed document is always joined to its cluster's
+    kept document through links whose true Jaccard reaches `threshold`; `verify=False`
+    is faster but links on one shared band bucket and wrongly removes documents (see
+    `DedupConfig.verify`).
+    """
     fields = {f.name for f in dataclasses.fields(DedupConfig)}
     unknown = sorted(set(config) - fields)
     if unknown:
