@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 from marin_dagster.dupekit.hashing import text_hash128
 from marin_dagster.dupekit.records import SourceFile, iter_docs, key_position
-from marin_dagster.dupekit.text import normalize_for_exact, split_paragraphs
+from marin_dagster.dupekit.text import has_unencodable, normalize_for_exact, split_paragraphs
 from marin_dagster.zephyr import counters
 
 # The paragraph index appended to a document's node key: fixed width, so the
 # order is document order first, then paragraph order.
 _PARAGRAPH_DIGITS = 8
+# Documents holding a lone surrogate (hashed with U+FFFD in its place, written unchanged).
+UNENCODABLE_COUNTER = "dedup/document/unencodable"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class DocumentHashes:
             if len(text) > self.max_chars:
                 counters.increment("dedup/document/truncated")
                 text = text[: self.max_chars]
+            if has_unencodable(text):  # hashed with U+FFFD in their place (text.py)
+                counters.increment(UNENCODABLE_COUNTER)
             norm = normalize_for_exact(text)
             if not norm:
                 counters.increment("dedup/document/passed_through")
@@ -54,6 +58,8 @@ class ParagraphHashes:
             if len(text) > self.max_chars:
                 counters.increment("dedup/document/truncated")
                 text = text[: self.max_chars]
+            if has_unencodable(text):
+                counters.increment(UNENCODABLE_COUNTER)
             spans = split_paragraphs(text)
             if not spans:
                 counters.increment("dedup/document/passed_through")

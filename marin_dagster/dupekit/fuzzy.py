@@ -25,10 +25,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_dagster import fs
+from marin_dagster.dupekit.exact import UNENCODABLE_COUNTER
 from marin_dagster.dupekit.lsh import LSHParams, band_hashes
 from marin_dagster.dupekit.minhash import MinHasher
 from marin_dagster.dupekit.records import SourceDoc, SourceFile, iter_docs, key_position
 from marin_dagster.dupekit.shingles import ShingleConfig, batch_shingle_hashes
+from marin_dagster.dupekit.text import count_unencodable, replace_unencodable
 from marin_dagster.zephyr import counters
 
 BATCH_DOCS = 256
@@ -83,7 +85,8 @@ class _SignatureSink:
         values = pa.array(np.ascontiguousarray(sigs).reshape(-1), type=pa.uint32())
         table = pa.table(
             {
-                "id": pa.array([str(i) for i in ids], pa.string()),
+                # Arrow strings are UTF-8: an id's lone surrogates are saved as U+FFFD.
+                "id": pa.array([replace_unencodable(str(i)) for i in ids], pa.string()),
                 "signature": pa.FixedSizeListArray.from_arrays(values, sigs.shape[1]),
             },
             schema=self._schema,
@@ -149,7 +152,11 @@ class BandRecords:
     def _signatures(
         self, batch: list[tuple[SourceDoc, str]], sink: _SignatureSink
     ) -> tuple[list[str], np.ndarray]:
-        all_hashes = batch_shingle_hashes([text for _doc, text in batch], self.settings.shingles)
+        texts = [text for _doc, text in batch]
+        unencodable = count_unencodable(texts)
+        if unencodable:  # shingled with U+FFFD in their place (text.py)
+            counters.increment(UNENCODABLE_COUNTER, unencodable)
+        all_hashes = batch_shingle_hashes(texts, self.settings.shingles)
         # Empty, or shorter than one shingle: no signature, never a duplicate.
         docs = [doc for (doc, _t), h in zip(batch, all_hashes, strict=True) if len(h)]
         hashes = [h for h in all_hashes if len(h)]

@@ -10,6 +10,9 @@ compute the same values for every shingle of a document at once.
 
 Text hash (exact dedup): the 128-bit BLAKE2b digest of the normalized text's
 UTF-8 bytes, as 32 hex characters.
+
+Both hash a text with its lone surrogates replaced by U+FFFD (text.py), the
+only code points of a Python string that UTF encoders refuse.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+
+from marin_dagster.dupekit.text import replace_unencodable
 
 _C1 = 0xCC9E2D51
 _C2 = 0x1B873593
@@ -65,7 +70,7 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
 
 def shingle_hash(shingle: str) -> int:
     """The 32-bit hash of one shingle; pass it as datasketch's `hashfunc`."""
-    return murmur3_32(shingle.encode("utf-32-le"))
+    return murmur3_32(replace_unencodable(shingle).encode("utf-32-le"))
 
 
 def _np_rotl(x: np.ndarray, r: int) -> np.ndarray:
@@ -136,5 +141,5 @@ def murmur3_segments(codepoints: np.ndarray, starts: np.ndarray, lengths: np.nda
 
 
 def text_hash128(text: str) -> str:
-    """128-bit BLAKE2b of the text's UTF-8 bytes, 32 hex characters."""
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+    """128-bit BLAKE2b of the text's UTF-8 bytes, 32 hex characters (lone surrogates as U+FFFD)."""
+    return hashlib.blake2b(replace_unencodable(text).encode("utf-8"), digest_size=16).hexdigest()

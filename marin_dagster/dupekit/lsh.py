@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_dagster import fs
+from marin_dagster.dupekit.text import replace_unencodable
 
 _META_KEY = b"dupekit"
 
@@ -134,7 +135,8 @@ def write_signatures(
     values = pa.array(sigs.reshape(-1), type=pa.uint32())
     table = pa.table(
         {
-            "id": pa.array([str(i) for i in ids], pa.string()),
+            # Arrow strings are UTF-8: an id's lone surrogates are saved as U+FFFD.
+            "id": pa.array([replace_unencodable(str(i)) for i in ids], pa.string()),
             "signature": pa.FixedSizeListArray.from_arrays(values, num_perm),
         }
     )

@@ -105,7 +105,14 @@ class WriteOutputs:
         pending = next(marks, None)
         documents_path = fs.join(self.documents_dir, source.relative)
         attributes_path = fs.join(self.attributes_dir, attributes_name(source.relative))
-        encode = json.JSONEncoder(ensure_ascii=False).encode
+        encode_utf8 = json.JSONEncoder(ensure_ascii=False).encode
+        encode_ascii = json.JSONEncoder(ensure_ascii=True).encode
+
+        def line(attrs: dict) -> bytes:
+            try:
+                return (encode_utf8(attrs) + "\n").encode("utf-8")
+            except UnicodeEncodeError:  # an id holding a lone surrogate: JSON escapes it
+                return (encode_ascii(attrs) + "\n").encode("ascii")
 
         def docs(attributes: IO[bytes]) -> Iterator[dict]:
             nonlocal pending
@@ -119,7 +126,7 @@ class WriteOutputs:
                     record, attrs = self._paragraphs(doc.record, doc.doc_id, doc.text, mine, counts)
                 else:
                     record, attrs = self._document(doc.record, doc.doc_id, mine, counts)
-                attributes.write((encode(attrs) + "\n").encode("utf-8"))
+                attributes.write(line(attrs))
                 if record is not None:
                     yield record
 

@@ -380,6 +380,8 @@ def _summarize(
         "kept": total("kept"),
         "passed_through": counter("dedup/document/passed_through"),
         "truncated": counter("dedup/document/truncated"),
+        # Documents holding lone surrogates: hashed with U+FFFD in their place, written as read.
+        "unencodable": counter("dedup/document/unencodable"),
     }
     if config.mode == "paragraph":
         document["emptied"] = total("documents_emptied")

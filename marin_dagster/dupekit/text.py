@@ -13,6 +13,14 @@ Two normalizations, one per use:
 `codepoints_for_shingles` is the same normalization, returned as a uint32
 code point array and computed with numpy (the regex form costs about ten
 times more on long documents); tests hold the two equal.
+
+Unencodable code points: a Python string can hold lone surrogates (U+D800 to
+U+DFFF; a JSON `"\ud800"` escape decodes to one), which no UTF encoder
+accepts. Every hash of dupekit sees them replaced by U+FFFD first
+(`replace_unencodable`, or the same replacement on code point arrays), so the
+result is the same whichever path hashes a text; the shingle normalization
+then drops U+FFFD like any other symbol. The documents themselves are written
+out unchanged (JSON escapes them).
 """
 
 from __future__ import annotations
@@ -23,9 +31,38 @@ import re
 import numpy as np
 
 _WS_RUN = re.compile(r"\s+")
+_UNENCODABLE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
 _NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]")
 _BMP = 0x10000
 _KEEP, _SPACE, _DROP, _SEP = 0, 1, 2, 3
+
+
+def replace_unencodable(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD (unchanged when it has none)."""
+    if text.isascii():  # O(1) in CPython: an ASCII string cannot hold a surrogate
+        return text
+    return _UNENCODABLE.sub(REPLACEMENT, text)
+
+
+def has_unencodable(text: str) -> bool:
+    """Whether `text` holds a code point that UTF-8 cannot encode (a lone surrogate)."""
+    return not text.isascii() and _UNENCODABLE.search(text) is not None
+
+
+def count_unencodable(texts: list[str]) -> int:
+    """How many of `texts` hold an unencodable code point (cheap for ASCII texts)."""
+    return sum(1 for t in texts if has_unencodable(t))
+
+
+def utf32_codepoints(text: str) -> np.ndarray:
+    """The code points of `text` as uint32, lone surrogates replaced by U+FFFD."""
+    try:
+        return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    except UnicodeEncodeError:
+        cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").copy()
+        cps[(cps >= 0xD800) & (cps < 0xE000)] = ord(REPLACEMENT)
+        return cps
 
 
 def normalize_for_exact(text: str) -> str:
@@ -33,6 +70,7 @@ def normalize_for_exact(text: str) -> str:
 
 
 def normalize_for_shingles(text: str) -> str:
+    text = replace_unencodable(text)
     return _WS_RUN.sub(" ", _NOT_WORD_OR_SPACE.sub("", text.lower())).strip()
 
 
@@ -52,7 +90,7 @@ def _bmp_classes() -> np.ndarray:
 
 def codepoints_for_shingles(text: str) -> np.ndarray:
     """`normalize_for_shingles(text)` as a uint32 array of code points."""
-    cps = np.frombuffer(text.lower().encode("utf-32-le"), dtype="<u4")
+    cps = utf32_codepoints(text.lower())
     if len(cps) == 0:
         return np.zeros(0, dtype=np.uint32)
     table = _bmp_classes()
@@ -107,7 +145,7 @@ def batch_codepoints_for_shingles(texts: list[str]) -> tuple[np.ndarray, np.ndar
     if not texts:
         return np.zeros(0, np.uint32), np.zeros(1, np.int64)
     lengths = np.fromiter((len(t) for t in lowered), dtype=np.int64, count=len(lowered))
-    cps = np.frombuffer("\x00".join(lowered).encode("utf-32-le"), dtype="<u4")
+    cps = utf32_codepoints("\x00".join(lowered))
     table = _bmp_classes()
     if len(cps) and int(cps.max()) < _BMP:
         classes = table[cps]

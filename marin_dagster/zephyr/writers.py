@@ -122,11 +122,28 @@ def write_jsonl(path: str, stream: Iterator[Any], batches: bool = False) -> Writ
             lines.append(dumps(rec))
             n += 1
             if len(lines) >= 1024:
-                f.write(("\n".join(lines) + "\n").encode("utf-8"))
+                f.write(_utf8_lines(lines))
                 lines = []
         if lines:
-            f.write(("\n".join(lines) + "\n").encode("utf-8"))
+            f.write(_utf8_lines(lines))
     return WriteResult(path, n, counted.count)
+
+
+def _utf8_lines(lines: list[str]) -> bytes:
+    try:
+        return ("\n".join(lines) + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        # A string holding a lone surrogate (a JSON "\ud800" escape decodes to one) has
+        # no UTF-8 form; its line is written with JSON escapes instead, which read back
+        # as the same string. Only the lines that need it pay for the re-encoding.
+        out = []
+        for text in lines:
+            try:
+                out.append(text.encode("utf-8"))
+            except UnicodeEncodeError:
+                value = json.loads(text)
+                out.append(json.dumps(value, ensure_ascii=True).encode("ascii"))
+        return b"\n".join(out) + b"\n"
 
 
 def write_csv(path: str, stream: Iterator[Any], batches: bool = False) -> WriteResult:
