@@ -1,14 +1,17 @@
-"""Build a token cache from text shards: one cache shard per input shard.
+"""Build a token cache from text shards: a Zephyr pipeline, one cache shard per input shard.
 
-Each input shard is one task. A task reads its file, tokenizes the documents
-in record order with ``encode_batch``, and writes ``train/part-NNNNN`` (and,
-when a validation fraction is held out, ``validation/part-NNNNN``) with the
-same index as the input file. Because a shard's bytes depend only on its input
-file, the tokenizer and the options, the cache is byte-identical whatever the
+The pipeline is ``Dataset.from_list(jobs) -> flat_map(tokenize_documents) ->
+write_levanter_cache``: one task per cache shard reads its input file, tokenizes
+the documents in record order with ``encode_batch_fast`` and writes
+``train/part-NNNNN`` with the same index as the input file. With a validation
+fraction, a second task per input shard writes its held-out documents to
+``validation/part-NNNNN``. Because a shard's bytes depend only on its input file,
+the tokenizer and the options, the cache is byte-identical whatever the backend,
 worker count or scheduling order.
 
-Resume: a task whose shards all have ``.success`` is not redone. The ledgers
-and ``.stats.json`` are written after every task is done.
+Resume: Zephyr's ``skip_existing`` skips every shard whose ``.success`` exists
+(the writer writes it last). The ledgers and ``.stats.json`` are written after
+every task is done, so a killed build leaves nothing that reads as a cache.
 
 ``sample_count``: the first N documents of the source in input-file order,
 then record order (empty and bad records do not count). The builder counts
@@ -23,8 +26,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -33,11 +36,10 @@ from tokenizers import Tokenizer
 from marin_dagster import fs
 from marin_dagster.tokenize.cache import (
     SUCCESS_NAME,
-    TokenCacheShardWriter,
     dtype_for_vocab,
-    finalize_split,
+    finalize_cache,
+    shard_is_finished,
     shard_name,
-    write_cache_stats,
 )
 from marin_dagster.tokenize.records import (
     BadRecordError,
@@ -48,7 +50,14 @@ from marin_dagster.tokenize.records import (
     read_records,
 )
 from marin_dagster.tokenize.tokenizer import find_eos_id, load_tokenizer, vocab_size
-from marin_dagster.zephyr import Dataset, InputError, ShardFailedError, ZephyrContext
+from marin_dagster.zephyr import (
+    Dataset,
+    InputError,
+    ShardFailedError,
+    ZephyrContext,
+    counters,
+    get_shared,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -77,24 +86,31 @@ class TokenizeOptions:
             )
 
 
+# Which of an input shard's documents a task writes.
+ALL = "all"  # every document (no validation fraction, or a separate validation file)
+KEPT = "kept"  # the documents not held out for validation
+HELD_OUT = "held_out"  # the documents held out (they go to the validation split)
+
+# The tokenizer reaches the workers as a Zephyr shared object (its JSON): once per worker.
+_TOKENIZER_SHARED = "marin_dagster.tokenize/tokenizer_json"
+
+
 @dataclass(frozen=True)
 class ShardTask:
-    """One input shard to tokenize into cache shard ``shard_index`` of ``split``."""
+    """One input shard's documents (those `select` picks) into cache shard `shard_index`
+    of `split`."""
 
     source: str
     shard_index: int
-    split: str  # TRAIN (with the held-out fraction going to VALIDATION) or VALIDATION
-    limit: int | None = None  # at most this many documents (sample_count)
+    split: str  # TRAIN or VALIDATION
+    limit: int | None = None  # at most this many documents, before any hold-out (sample_count)
+    select: str = ALL  # ALL, KEPT or HELD_OUT
 
-
-@dataclass
-class ShardResult:
-    task: ShardTask
-    processed: bool  # False when the shard was already finished (resume)
-    splits: dict[str, dict[str, int]] = field(default_factory=dict)
-    num_records: int = 0
-    num_empty: int = 0
-    num_bad: int = 0
+    @property
+    def primary(self) -> bool:
+        """Whether this task stands for its input shard (counts its records): a held-out
+        task reads the same file as the KEPT task beside it."""
+        return self.select != HELD_OUT
 
 
 @dataclass
@@ -135,23 +151,12 @@ _TOKENIZERS: dict[str, Tokenizer] = {}
 
 
 def _tokenizer_from_json(tokenizer_json: str) -> Tokenizer:
-    # Workers get the tokenizer as JSON text (no shared filesystem needed) and
-    # build it once per process.
+    # Built once per worker process from the shared JSON text (no shared filesystem needed).
     key = hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest()
     tok = _TOKENIZERS.get(key)
     if tok is None:
         tok = _TOKENIZERS[key] = Tokenizer.from_str(tokenizer_json)
     return tok
-
-
-def _shard_dirs(output_path: str, task: ShardTask, options: TokenizeOptions) -> dict[str, str]:
-    name = shard_name(task.shard_index)
-    if task.split == VALIDATION:
-        return {VALIDATION: fs.join(output_path, VALIDATION, name)}
-    dirs = {TRAIN: fs.join(output_path, TRAIN, name)}
-    if options.validation_fraction > 0:
-        dirs[VALIDATION] = fs.join(output_path, VALIDATION, name)
-    return dirs
 
 
 def _batches(docs: Iterable[Document]) -> Iterable[list[Document]]:
@@ -167,132 +172,69 @@ def _batches(docs: Iterable[Document]) -> Iterable[list[Document]]:
         yield batch
 
 
-def tokenize_shard(
-    records: Iterable[tuple[int, Any]],
-    source: str,
-    shard_index: int,
-    output_path: str,
-    tokenizer: Tokenizer,
-    options: TokenizeOptions,
-    *,
-    dtype: Any,
-    eos_id: int | None,
-    split: str = TRAIN,
-    limit: int | None = None,
-) -> ShardResult:
-    """Tokenize ``(record_index, record)`` pairs of one input shard into its cache shard(s).
-
-    Pure in its inputs: the shard's bytes depend only on the records, the
-    tokenizer, the options, dtype and eos_id.
-    """
-    task = ShardTask(source, shard_index, split, limit)
-    dirs = _shard_dirs(output_path, task, options)
-    if options.append_eos and eos_id is None:
-        raise ValueError("append_eos=True needs an eos_id")
-    eos = None if not options.append_eos else np.array([eos_id], dtype=np.dtype(dtype))
-    writers = {s: TokenCacheShardWriter(d, dtype=dtype) for s, d in dirs.items()}
-    counts = RecordCounts()
-    docs = iter_documents(
-        records,
-        source,
-        options.text_key,
-        options.id_key,
-        skip_bad_records=options.skip_bad_records,
-        counts=counts,
-        limit=limit,
-    )
-    holdout = VALIDATION in writers and split == TRAIN
-    for batch in _batches(docs):
-        encodings = tokenizer.encode_batch_fast([d.text for d in batch], add_special_tokens=False)
-        for doc, enc in zip(batch, encodings, strict=True):
-            ids = np.asarray(enc.ids, dtype=np.int64)
-            if eos is not None:
-                ids = np.concatenate([ids, eos])
-            target = (
-                VALIDATION
-                if holdout and held_out(doc.doc_id, options.validation_fraction)
-                else split
-            )
-            writers[target].add(ids, num_bytes=doc.num_bytes)
-    result = ShardResult(
-        task, processed=True, num_records=counts.records, num_empty=counts.empty, num_bad=counts.bad
-    )
-    # The first split's marker carries the record counts; writing the primary
-    # split last means its .success marks the whole task as done.
-    order = [s for s in writers if s != split] + [split]
-    for s in order:
-        extra = (
-            {"num_records": counts.records, "num_empty": counts.empty, "num_bad": counts.bad}
-            if s == split
-            else None
-        )
-        stats = writers[s].finish(extra)
-        result.splits[s] = {
-            "num_tokens": stats["num_tokens"],
-            "num_docs": stats["num_docs"],
-            "num_bytes": stats["bytes"],
-        }
-    return result
-
-
-def _finished_result(task: ShardTask, dirs: dict[str, str]) -> ShardResult | None:
-    markers = {s: fs.read_json_or_none(fs.join(d, SUCCESS_NAME)) for s, d in dirs.items()}
-    if any(m is None for m in markers.values()):
-        return None
-    primary = markers[task.split]
-    result = ShardResult(
-        task,
-        processed=False,
-        num_records=int(primary.get("num_records", 0)),
-        num_empty=int(primary.get("num_empty", 0)),
-        num_bad=int(primary.get("num_bad", 0)),
-    )
-    for s, m in markers.items():
-        result.splits[s] = {
-            "num_tokens": int(m["num_tokens"]),
-            "num_docs": int(m["num_docs"]),
-            "num_bytes": int(m.get("bytes", 0)),
-        }
-    return result
-
-
 @dataclass(frozen=True)
 class ShardJob:
-    """Everything a worker needs for one task (picklable)."""
+    """One item of the build's pipeline: everything a worker needs for one task (picklable)."""
 
     task: ShardTask
-    output_path: str
-    tokenizer_json: str
     options: TokenizeOptions
-    dtype: str
-    eos_id: int | None
+    eos_id: int | None  # appended after each document (None: no EOS)
     # Threads of the tokenizer's Rust pool in this worker (None: all cores). Each local
     # worker is a process with its own pool; workers x threads above the core count
     # makes the build slower than one worker.
     threads: int | None = None
 
 
-def run_shard_job(job: ShardJob) -> ShardResult:
-    """Tokenize one input shard unless its cache shard(s) are already finished."""
-    done = _finished_result(job.task, _shard_dirs(job.output_path, job.task, job.options))
-    if done is not None:
-        return done
-    if job.threads is not None:
-        # Read once, when the process first encodes; a user's own setting wins.
-        os.environ.setdefault("RAYON_NUM_THREADS", str(job.threads))
-    tok = _tokenizer_from_json(job.tokenizer_json)
-    return tokenize_shard(
-        read_records(job.task.source),
-        job.task.source,
-        job.task.shard_index,
-        job.output_path,
-        tok,
-        job.options,
-        dtype=job.dtype,
-        eos_id=job.eos_id,
-        split=job.task.split,
-        limit=job.task.limit,
+def tokenize_documents(job: ShardJob, tokenizer: Tokenizer | None = None) -> Iterator[dict]:
+    """The documents of `job`'s input shard that it selects, as `{input_ids, num_bytes}`.
+
+    Pure in its inputs: the ids depend only on the records, the tokenizer, the options and
+    eos_id. A primary task adds its input shard's record counts to the Zephyr counters
+    `num_records`, `num_empty`, `num_bad` (which `write_levanter_cache` keeps in the shard's
+    `.success`) once the shard is read.
+    """
+    task, options = job.task, job.options
+    if tokenizer is None:
+        if job.threads is not None:
+            # Read once, when the process first encodes; a user's own setting wins.
+            os.environ.setdefault("RAYON_NUM_THREADS", str(job.threads))
+        tokenizer = _tokenizer_from_json(get_shared(_TOKENIZER_SHARED))
+    eos = None if job.eos_id is None else np.array([job.eos_id], dtype=np.int64)
+    counts = RecordCounts()
+    docs: Iterable[Document] = iter_documents(
+        read_records(task.source),
+        task.source,
+        options.text_key,
+        options.id_key,
+        skip_bad_records=options.skip_bad_records,
+        counts=counts,
+        limit=task.limit,
     )
+    if task.select != ALL:
+        keep_held_out = task.select == HELD_OUT
+        fraction = options.validation_fraction
+        docs = (d for d in docs if held_out(d.doc_id, fraction) == keep_held_out)
+    for batch in _batches(docs):
+        encodings = tokenizer.encode_batch_fast([d.text for d in batch], add_special_tokens=False)
+        for doc, enc in zip(batch, encodings, strict=True):
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            if eos is not None:
+                ids = np.concatenate([ids, eos])
+            yield {"input_ids": ids, "num_bytes": doc.num_bytes}
+    if task.primary:
+        counters.increment("num_records", counts.records)
+        counters.increment("num_empty", counts.empty)
+        counters.increment("num_bad", counts.bad)
+
+
+@dataclass(frozen=True)
+class _ShardDirs:
+    """The output pattern of the build's writer: task i writes folder i."""
+
+    dirs: tuple[str, ...]
+
+    def __call__(self, shard: int, total: int) -> str:
+        return self.dirs[shard]
 
 
 # --- planning and the driver ----------------------------------------------------
@@ -350,34 +292,6 @@ def _sample_limits(
         limits.append(n)
         remaining -= n
     return limits
-
-
-def run_jobs(
-    jobs: Sequence[ShardJob],
-    max_workers: int | None,
-    backend: str = "local",
-    context: ZephyrContext | None = None,
-    **context_options: Any,
-) -> list[ShardResult]:
-    """Run the shard jobs as one Zephyr stage, one shard per job; results in job order.
-
-    On `context` when given (the caller's workers, backend and progress), else on a
-    context of its own.
-    """
-    if not jobs:
-        return []
-    ds = Dataset.from_list(list(jobs)).reshard(len(jobs)).map(run_shard_job)
-    try:
-        if context is not None:
-            return list(context.execute(ds).results)
-        with ZephyrContext(max_workers=max_workers, backend=backend, **context_options) as ctx:
-            return list(ctx.execute(ds).results)
-    except ShardFailedError as e:
-        # A bad record or file is the user's to fix: surface it as itself (file, line,
-        # reason), not wrapped in the engine's shard failure.
-        if isinstance(e.__cause__, BadRecordError | InputError):
-            raise e.__cause__ from None
-        raise
 
 
 def resolve_dtype(tok: Tokenizer, dtype: Any | None) -> np.dtype:
@@ -449,40 +363,63 @@ def build_token_cache(
     val_files = expand_sources(validation_files) if validation_files is not None else []
 
     limits = _sample_limits(files, sample_count, options)
-    tasks = [
-        ShardTask(f, i, TRAIN, lim) for i, (f, lim) in enumerate(zip(files, limits, strict=True))
-    ]
+    tasks: list[ShardTask] = []
+    for i, (f, lim) in enumerate(zip(files, limits, strict=True)):
+        if validation_fraction > 0:
+            # The held-out task first: with one worker, a finished train shard then means
+            # its input shard is done.
+            tasks.append(ShardTask(f, i, VALIDATION, lim, HELD_OUT))
+            tasks.append(ShardTask(f, i, TRAIN, lim, KEPT))
+        else:
+            tasks.append(ShardTask(f, i, TRAIN, lim, ALL))
     tasks += [ShardTask(f, i, VALIDATION) for i, f in enumerate(val_files)]
-    tokenizer_json = tok.to_str()
     eos_for_jobs = eos_id if append_eos else None
     threads = None
-    if backend == "local" and tasks:
+    if backend == "local":
         cores = os.cpu_count() or 1
         threads = max(1, cores // max(1, min(max_workers or cores, len(tasks))))
-    jobs = [
-        ShardJob(t, output_path, tokenizer_json, options, dt.name, eos_for_jobs, threads)
-        for t in tasks
-    ]
+    jobs = [ShardJob(t, options, eos_for_jobs, threads) for t in tasks]
+    dirs = [fs.join(output_path, t.split, shard_name(t.shard_index)) for t in tasks]
+    finished_before = [shard_is_finished(d) for d, t in zip(dirs, tasks, strict=True) if t.primary]
 
     logger.info(
-        "tokenizing %d shards into %s (%s backend, max_workers=%s)",
-        len(jobs),
+        "tokenizing %d input shards into %s (%s backend, max_workers=%s)",
+        len(files) + len(val_files),
         output_path,
         backend,
         max_workers,
     )
-    results = run_jobs(jobs, max_workers, backend, context)
+    # One Zephyr stage, one task per cache shard: read and tokenize the input shard, write
+    # the cache shard. skip_existing leaves finished shards (their .success) alone: resume.
+    pipeline = (
+        Dataset.from_list(jobs)
+        .reshard(len(jobs))
+        .flat_map(tokenize_documents)
+        .write_levanter_cache(_ShardDirs(tuple(dirs)), dtype=dt.name, skip_existing=True)
+    )
+    try:
+        if context is not None:
+            _execute(context, pipeline, tok)
+        else:
+            with ZephyrContext(max_workers=max_workers, backend=backend) as ctx:
+                _execute(ctx, pipeline, tok)
+    except ShardFailedError as e:
+        # A bad record or file is the user's to fix: surface it as itself (file, line,
+        # reason), not wrapped in the engine's shard failure.
+        if isinstance(e.__cause__, BadRecordError | InputError):
+            raise e.__cause__ from None
+        raise
 
-    ledgers: dict[str, dict[str, Any]] = {}
     split_shards: dict[str, list[str]] = {TRAIN: [], VALIDATION: []}
-    for r in results:
-        for s in r.splits:
-            split_shards[s].append(shard_name(r.task.shard_index))
-    for s, names in split_shards.items():
-        if names:
-            ledgers[s] = finalize_split(fs.join(output_path, s), names, dt, eos_for_jobs)
-    write_cache_stats(output_path, ledgers)
-    processed = sum(r.processed for r in results)
+    for t, d in zip(tasks, dirs, strict=True):
+        split_shards[t.split].append(d)
+    ledgers = finalize_cache(output_path, split_shards, dt, eos_for_jobs)
+    markers = [
+        fs.read_json(fs.join(d, SUCCESS_NAME))
+        for d, t in zip(dirs, tasks, strict=True)
+        if t.primary
+    ]
+    processed = finished_before.count(False)
     stats = TokenCacheStats(
         output_path=output_path,
         splits={
@@ -497,12 +434,12 @@ def build_token_cache(
         dtype=dt.name,
         eos_id=eos_for_jobs,
         vocab_size=vocab_size(tok),
-        shards_total=len(results),
+        shards_total=len(markers),
         shards_processed=processed,
-        shards_skipped=len(results) - processed,
-        num_records=sum(r.num_records for r in results),
-        num_empty=sum(r.num_empty for r in results),
-        num_bad=sum(r.num_bad for r in results),
+        shards_skipped=len(markers) - processed,
+        num_records=sum(int(m.get("num_records", 0)) for m in markers),
+        num_empty=sum(int(m.get("num_empty", 0)) for m in markers),
+        num_bad=sum(int(m.get("num_bad", 0)) for m in markers),
     )
     logger.info(
         "token cache %s: %s (%d shards processed, %d already done)",
@@ -512,3 +449,8 @@ def build_token_cache(
         stats.shards_skipped,
     )
     return stats
+
+
+def _execute(ctx: ZephyrContext, pipeline: Dataset, tok: Tokenizer) -> None:
+    ctx.put(_TOKENIZER_SHARED, tok.to_str())
+    ctx.execute(pipeline)

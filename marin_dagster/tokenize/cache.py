@@ -39,7 +39,7 @@ import array
 import io
 import logging
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +122,7 @@ class TokenCacheShardWriter:
         self._spool: Any = None
         self.num_tokens = 0
         self.num_bytes = 0
+        self.bytes_written = 0  # the two arrays' file sizes, once finished
         self._finished = False
         fs.remove(fs.join(self.shard_dir, SUCCESS_NAME))
         self._remove_leftovers()
@@ -199,6 +200,12 @@ class TokenCacheShardWriter:
             if self.num_docs:
                 np.cumsum(np.frombuffer(self._lengths, dtype=np.int64), out=offsets[1:])
             _save_npy(fs.join(self.shard_dir, OFFSETS_NAME), offsets)
+            self.bytes_written = (
+                len(_npy_header(self.dtype, self.num_tokens))
+                + self.num_tokens * self.dtype.itemsize
+                + len(_npy_header(offsets.dtype, offsets.shape[0]))
+                + offsets.nbytes
+            )
             stats = {
                 **(extra or {}),
                 "num_tokens": self.num_tokens,
@@ -270,6 +277,38 @@ def write_cache_stats(cache_dir: str, ledgers: dict[str, dict[str, Any]]) -> dic
     }
     fs.write_json(fs.join(cache_dir, STATS_NAME), stats)
     return stats
+
+
+def finalize_cache(
+    cache_dir: str, splits: Mapping[str, Sequence[str]], dtype: Any, eos_id: int | None
+) -> dict[str, dict[str, Any]]:
+    """Make finished shard folders a readable cache: each split's ledger, then ``.stats.json``.
+
+    ``splits`` maps a split to its shard folders in stream order: names (``part-00000``) or
+    paths directly under ``{cache_dir}/{split}`` (what ``Dataset.write_levanter_cache``
+    returns). Splits without shards are left out. Returns the ledgers by split.
+    """
+    cache_dir = fs.normalize(cache_dir)
+    ledgers: dict[str, dict[str, Any]] = {}
+    for split, shards in splits.items():
+        if not shards:
+            continue
+        split_dir = fs.join(cache_dir, split)
+        names = []
+        for shard in shards:
+            if "/" not in shard:
+                names.append(shard)
+                continue
+            parent, _, name = fs.normalize(shard).rstrip("/").rpartition("/")
+            if parent != split_dir:
+                raise ValueError(
+                    f"finalize_cache: shard folder {shard} is not directly under {split_dir}; "
+                    f"write the {split!r} shards to {split_dir}/part-{{shard:05d}}"
+                )
+            names.append(name)
+        ledgers[split] = finalize_split(split_dir, names, dtype, eos_id)
+    write_cache_stats(cache_dir, ledgers)
+    return ledgers
 
 
 def read_cache_stats(cache_dir: str) -> dict[str, Any] | None:

@@ -46,6 +46,7 @@ from marin_dagster.zephyr.plan import (
 from marin_dagster.zephyr.progress import ProgressEvent, StageProgress
 from marin_dagster.zephyr.resources import TaskResources, machine_memory
 from marin_dagster.zephyr.runtime import Task
+from marin_dagster.zephyr.writers import done_path
 
 logger = logging.getLogger(__name__)
 
@@ -304,7 +305,7 @@ class ZephyrContext:
                 isinstance(sink, WriteSink)
                 and sink.op.skip_existing
                 and stage.num_shards > 0
-                and all(fs.exists(p) for p in sink.paths)
+                and all(fs.exists(done_path(sink.op, p)) for p in sink.paths)
             )
         return cache[stage.index]
 
@@ -420,7 +421,11 @@ class ZephyrContext:
         pending: collections.deque[int] = collections.deque()
         write = stage.sink if isinstance(stage.sink, WriteSink) else None
         for i, inp in enumerate(inputs):
-            if write is not None and write.op.skip_existing and fs.exists(write.paths[i]):
+            if (
+                write is not None
+                and write.op.skip_existing
+                and fs.exists(done_path(write.op, write.paths[i]))
+            ):
                 values[i] = write.paths[i]
                 counters.builtin["partitions_skipped"] += 1
                 progress.shard_done()

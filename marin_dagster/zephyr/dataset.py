@@ -168,9 +168,10 @@ class LoadFileOp:
 @dataclass
 class WriteOp:
     output_pattern: str | Callable[[int, int], str]
-    writer_type: Literal["jsonl", "parquet", "csv"]
+    writer_type: Literal["jsonl", "parquet", "csv", "levanter_cache"]
     schema: object | None = None
     skip_existing: bool = False
+    dtype: str | None = None  # levanter_cache: the token id dtype
 
     def __repr__(self) -> str:
         return f"write_{self.writer_type}({self.output_pattern!r})"
@@ -568,6 +569,36 @@ class Dataset:
         self, output_pattern: str | Callable[[int, int], str], skip_existing: bool = False
     ) -> Dataset:
         return self._derive(WriteOp(output_pattern, "csv", skip_existing=skip_existing))
+
+    def write_levanter_cache(
+        self,
+        output_pattern: str | Callable[[int, int], str],
+        dtype: Any = "uint16",
+        skip_existing: bool = False,
+    ) -> Dataset:
+        """One token-cache shard folder per shard (marin_dagster/tokenize/cache.py's format).
+
+        Records are documents: a 1-D sequence of token ids, or a dict with `input_ids`
+        and optionally `num_bytes` (the source text's UTF-8 size, for bytes per token).
+        Each folder gets `input_ids.npy` (`dtype`: "uint16" or "uint32"), `offsets.npy` and,
+        last, `.success` with the shard's counts and its task's user counters (so a later
+        run that skips the shard can still report what it counted). `skip_existing` skips
+        a shard whose `.success` exists. Results are the folders; `finalize_cache` in
+        marin_dagster/tokenize/cache.py writes the ledgers that make them a readable cache.
+        """
+        import numpy as np
+
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = repr(dtype)
+        if name not in ("uint16", "uint32"):
+            raise ValueError(
+                f"write_levanter_cache: dtype must be 'uint16' or 'uint32', got {dtype!r}"
+            )
+        return self._derive(
+            WriteOp(output_pattern, "levanter_cache", skip_existing=skip_existing, dtype=name)
+        )
 
     def __repr__(self) -> str:
         src = self.source

@@ -61,7 +61,7 @@ from marin_dagster.zephyr.shuffle import (
     scatter,
     shuffled_records,
 )
-from marin_dagster.zephyr.writers import write_shard
+from marin_dagster.zephyr.writers import done_path, write_shard
 
 # User errors: retrying cannot fix them, so the run fails at once.
 FATAL_ERRORS = (ValueError, TypeError, KeyError)
@@ -355,11 +355,7 @@ def _run_sink(task: Task, stream: Iterator[Any], batches: bool, builtin: dict[st
     if isinstance(sink, WriteSink):
         # Batches: the stage's operations run a batch ahead of the writer, in a thread.
         result = write_shard(
-            sink.op.writer_type,
-            task.output_path,
-            prefetch(iter(out)) if batches else iter(out),
-            batches,
-            sink.op.schema,
+            sink.op, task.output_path, prefetch(iter(out)) if batches else iter(out), batches
         )
         builtin["records_written"] = result.records
         builtin["bytes_written"] = result.bytes
@@ -433,7 +429,7 @@ def run_task(task: Task) -> TaskResult:
         if (
             isinstance(task.sink, WriteSink)
             and task.sink.op.skip_existing
-            and fs.exists(task.output_path)
+            and fs.exists(done_path(task.sink.op, task.output_path))
         ):
             return TaskResult(
                 True, task.output_path, {"partitions_skipped": 1}, dict(user), pid=os.getpid()

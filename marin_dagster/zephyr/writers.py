@@ -345,14 +345,60 @@ def write_parquet(
         return WriteResult(path, sink.rows, size)
 
 
+def _task_counters() -> dict[str, int | float]:
+    from marin_dagster.zephyr import counters
+
+    return {k: int(v) if float(v).is_integer() else v for k, v in counters.get_counters().items()}
+
+
+def write_levanter_cache(
+    path: str, stream: Iterator[Any], batches: bool = False, dtype: str = "uint16"
+) -> WriteResult:
+    """One token-cache shard folder (tokenize/cache.py): ids, offsets, then `.success`.
+
+    A record is a document: a 1-D sequence of token ids, or a dict with `input_ids` and
+    optionally `num_bytes`. The marker also holds the task's user counters at the end of
+    the shard, so whoever skips the finished shard later can still report them.
+    """
+    # Imported here: the tokenize package imports Zephyr (its build is a Zephyr pipeline).
+    from marin_dagster.tokenize.cache import TokenCacheShardWriter
+
+    writer = TokenCacheShardWriter(path, dtype=dtype)
+    with writer:
+        for n, rec in enumerate(_records(stream, batches)):
+            if isinstance(rec, dict):
+                if "input_ids" not in rec:
+                    raise KeyError(
+                        f"write_levanter_cache({path}): record {n} has no 'input_ids' "
+                        f"(its keys: {sorted(rec)}); give token ids or a dict with input_ids"
+                    )
+                writer.add(rec["input_ids"], num_bytes=int(rec.get("num_bytes", 0) or 0))
+            else:
+                writer.add(rec)
+        writer.finish(_task_counters())
+    return WriteResult(path, writer.num_docs, writer.bytes_written)
+
+
 WRITERS = {"jsonl": write_jsonl, "csv": write_csv}
 
 
-def write_shard(
-    writer_type: str, path: str, stream: Iterator[Any], batches: bool, schema: Any = None
-) -> WriteResult:
-    if writer_type == "parquet":
-        return write_parquet(path, stream, batches, schema)
-    if writer_type in WRITERS:
-        return WRITERS[writer_type](path, stream, batches)
-    raise ValueError(f"unknown writer {writer_type!r}")
+def write_shard(op: Any, path: str, stream: Iterator[Any], batches: bool) -> WriteResult:
+    """Write one shard with `op`'s writer (a WriteOp)."""
+    if op.writer_type == "parquet":
+        return write_parquet(path, stream, batches, op.schema)
+    if op.writer_type == "levanter_cache":
+        return write_levanter_cache(path, stream, batches, op.dtype or "uint16")
+    if op.writer_type in WRITERS:
+        return WRITERS[op.writer_type](path, stream, batches)
+    raise ValueError(f"unknown writer {op.writer_type!r}")
+
+
+def done_path(op: Any, path: str) -> str:
+    """The file whose presence means a shard written by `op` is finished (skip_existing):
+    the output file itself, or a cache shard folder's `.success` (written after its
+    arrays, so a killed writer's folder never counts as done)."""
+    if op.writer_type == "levanter_cache":
+        from marin_dagster.tokenize.cache import SUCCESS_NAME
+
+        return fs.join(path, SUCCESS_NAME)
+    return path
