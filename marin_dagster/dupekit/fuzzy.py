@@ -33,7 +33,9 @@ from marin_dagster.dupekit.shingles import ShingleConfig, batch_shingle_hashes
 from marin_dagster.dupekit.text import count_unencodable, replace_unencodable
 from marin_dagster.zephyr import counters
 
-BATCH_DOCS = 256
+# Documents shingled and hashed together: large enough that the fixed-shape blocks of the
+# device hashing are mostly full (about 2 MB of text per batch).
+BATCH_DOCS = 1024
 EMIT_DOCS = 4096
 _HASHERS: dict[tuple[int, int], MinHasher] = {}
 
@@ -156,7 +158,7 @@ class BandRecords:
         unencodable = count_unencodable(texts)
         if unencodable:  # shingled with U+FFFD in their place (text.py)
             counters.increment(UNENCODABLE_COUNTER, unencodable)
-        all_hashes = batch_shingle_hashes(texts, self.settings.shingles)
+        all_hashes = batch_shingle_hashes(texts, self.settings.shingles, device=True)
         # Empty, or shorter than one shingle: no signature, never a duplicate.
         docs = [doc for (doc, _t), h in zip(batch, all_hashes, strict=True) if len(h)]
         hashes = [h for h in all_hashes if len(h)]
@@ -363,7 +365,9 @@ class ShingleSets:
             if doc.record_index >= last:
                 break
         for start in range(0, len(texts), BATCH_DOCS):
-            hashes = batch_shingle_hashes(texts[start : start + BATCH_DOCS], self.shingles)
+            hashes = batch_shingle_hashes(
+                texts[start : start + BATCH_DOCS], self.shingles, device=True
+            )
             for doc_pairs, doc_hashes in zip(
                 pairs[start : start + BATCH_DOCS], hashes, strict=True
             ):

@@ -68,14 +68,33 @@ def shingle_hashes(text: str, config: ShingleConfig) -> np.ndarray:
     return murmur3_segments(cps, starts, lengths)
 
 
-def batch_shingle_hashes(texts: list[str], config: ShingleConfig) -> list[np.ndarray]:
-    """`shingle_hashes` of many texts, computed in one vectorized pass."""
+def batch_shingle_hashes(
+    texts: list[str], config: ShingleConfig, device: bool = False
+) -> list[np.ndarray]:
+    """`shingle_hashes` of many texts, computed in one vectorized pass.
+
+    `device=True` hashes with JAX (`minhash.window_hashes`, `segment_hashes`: the same
+    values, 3-8x faster on a CPU than numpy); the default keeps JAX out of the process.
+    """
     cps, offsets = batch_codepoints_for_shingles(texts)
+    return codepoint_shingle_hashes(cps, offsets, config, device)
+
+
+def codepoint_shingle_hashes(
+    cps: np.ndarray, offsets: np.ndarray, config: ShingleConfig, device: bool = False
+) -> list[np.ndarray]:
+    """The shingle hashes of normalized texts given as `batch_codepoints_for_shingles` gives them."""
+    texts = len(offsets) - 1
     n = config.n
     out: list[np.ndarray] = []
+    windows, segments = murmur3_windows, murmur3_segments
+    if device:
+        from marin_dagster.dupekit.minhash import segment_hashes, window_hashes
+
+        windows, segments = window_hashes, segment_hashes
     if config.kind == "char":
-        all_hashes = murmur3_windows(cps, n)
-        for i in range(len(texts)):
+        all_hashes = windows(cps, n)
+        for i in range(texts):
             start, end = int(offsets[i]), int(offsets[i + 1])
             out.append(all_hashes[start : max(start, end - n + 1)])
         return out
@@ -90,13 +109,13 @@ def batch_shingle_hashes(texts: list[str], config: ShingleConfig) -> list[np.nda
     if count > 0:
         same = word_doc[:count] == word_doc[n - 1 :]
         first = np.flatnonzero(same)
-        hashes = murmur3_segments(cps, starts[first], ends[first + n - 1] - starts[first])
+        hashes = segments(cps, starts[first], ends[first + n - 1] - starts[first])
         shingle_doc = word_doc[first]
     else:
         hashes = np.zeros(0, np.uint32)
         shingle_doc = np.zeros(0, np.int64)
-    bounds = np.searchsorted(shingle_doc, np.arange(len(texts) + 1), side="left")
-    return [hashes[bounds[i] : bounds[i + 1]] for i in range(len(texts))]
+    bounds = np.searchsorted(shingle_doc, np.arange(texts + 1), side="left")
+    return [hashes[bounds[i] : bounds[i + 1]] for i in range(texts)]
 
 
 def shingle_hash_set(text: str, config: ShingleConfig) -> set[int]:
