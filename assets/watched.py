@@ -55,7 +55,7 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
             "watchdog sees only local file systems"
         )
     folder = os.path.abspath(os.path.expanduser(path))
-    key = asset_key(name)
+    key = asset_key(name, WATCHED_KIND)
     config = WatchedFolderConfig(path=folder)
     version = compute_version(WATCHED_KIND, config, {})
     spec = dg.AssetSpec(

