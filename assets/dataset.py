@@ -26,10 +26,13 @@ from typing import Any
 import dagster as dg
 
 from marin_dagster.datasets.sources import (
+    FileFetch,
+    ResolvedSource,
     SourceError,
     check_text_field,
     count_records,
-    fetch,
+    fetch_file,
+    fetch_summary,
     parse_source,
     preview,
     resolve,
@@ -37,6 +40,7 @@ from marin_dagster.datasets.sources import (
 from marin_dagster.execution.asset import StepContext, check_name, versioned_asset
 from marin_dagster.execution.version import StepConfig, unversioned
 from marin_dagster.iris import ResourceConfig
+from marin_dagster.zephyr import Dataset, InputError, ShardFailedError, get_shared
 
 # Counting documents reads every JSON lines or CSV file once more; past this size the count
 # is left out of the metadata (Parquet counts come from the footers whatever the size).
@@ -100,8 +104,7 @@ def _run(
             f"{config.content} then, {resolved.content_hash()} now); reload the code location "
             "(or rerun the script) so the asset gets the version of the new content",
         )
-    result = fetch(resolved, output_path, log=step.log)
-    check_text_field(result.files, config.text_key, source=config.source)
+    result = _fetch(resolved, config, output_path, step)
     meta: dict[str, Any] = {
         "source": spec.describe(),
         "files": len(result.files),
@@ -116,11 +119,75 @@ def _run(
     }
     if resolved.revision:
         meta["revision"] = resolved.revision
-    if resolved.bytes <= COUNT_DOCUMENTS_MAX_BYTES or all(
+    if result.documents is not None:
+        meta["documents"] = result.documents
+    return {**meta, **step.resources.zephyr.metadata(result.zephyr)}
+
+
+@dataclasses.dataclass(frozen=True)
+class _FetchJob:
+    """One Zephyr task: fetch one file, check its text field, count its records."""
+
+    index: int
+    output_path: str
+    text_key: str
+    count: bool
+    source: str  # as the user gave it, for errors
+
+
+def _fetch_one(job: _FetchJob) -> tuple[FileFetch, int, int | None]:
+    # The resolved source comes as a shared object: one copy per worker, not per file.
+    resolved = get_shared(_RESOLVED)
+    done = fetch_file(resolved, resolved.files[job.index], job.output_path)
+    checked = check_text_field([done.path], job.text_key, source=job.source, allow_empty=True)
+    return done, checked, count_records(done.path) if job.count else None
+
+
+_RESOLVED = "assets.dataset/resolved"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fetched:
+    files: list[str]
+    downloaded: list[str]
+    resumed: list[str]
+    documents: int | None
+    zephyr: Any
+
+
+def _fetch(
+    resolved: ResolvedSource, config: DatasetConfig, output_path: str, step: StepContext
+) -> _Fetched:
+    """Every file fetched, verified, checked and counted in one Zephyr task per file, on the
+    ZephyrResource's backend and workers."""
+    count = resolved.bytes <= COUNT_DOCUMENTS_MAX_BYTES or all(
         f.format == "parquet" for f in resolved.files
-    ):
-        meta["documents"] = sum(count_records(p) for p in result.files)
-    return meta
+    )
+    jobs = [
+        _FetchJob(i, output_path, config.text_key, count, config.source)
+        for i in range(len(resolved.files))
+    ]
+    pipeline = Dataset.from_list(jobs).reshard(len(jobs)).map(_fetch_one)
+    zephyr = step.resources.zephyr
+    try:
+        ran = zephyr.execute(
+            pipeline, context=step.dagster, shared={_RESOLVED: resolved}, output_path=output_path
+        )
+    except ShardFailedError as e:
+        # A source that cannot be fetched or read is the user's to fix: report it as itself.
+        if isinstance(e.__cause__, SourceError | InputError):
+            raise e.__cause__ from None
+        raise
+    fetched = [r[0] for r in ran.results]
+    summary = fetch_summary(resolved, fetched, step.log)
+    if sum(r[1] for r in ran.results) == 0:
+        raise SourceError(
+            config.source,
+            f"the source is empty: its {len(fetched)} file(s) hold no records; add data or "
+            "point at another source",
+        )
+    documents = sum(r[2] for r in ran.results) if count else None
+    return _Fetched(summary.files, summary.downloaded, summary.resumed, documents, ran)
 
 
 def dataset(
@@ -172,6 +239,7 @@ def dataset(
         description=f"Raw dataset from `{spec.describe()}`{at}: {len(resolved.files)} file(s), "
         f"{resolved.bytes:,} bytes, fetched and verified.",
         resources=resources,
+        required_resources=("zephyr",),
         kinds=sorted({f.format for f in resolved.files}),
     )
 

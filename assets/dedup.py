@@ -28,7 +28,10 @@ def _table(counts: Mapping[str, Any]) -> str:
 def _run(
     config: DedupConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
-    with step.resources.zephyr.context(log=step.log) as zephyr_context:
+    # Dedup runs several pipelines (hashes, LSH rounds, the writers) on one context of the
+    # resource's: each logs its progress in the run log, and the metadata adds them up.
+    zephyr = step.resources.zephyr
+    with zephyr.context(log=step.log, output_path=output_path) as zephyr_context:
         result = deduplicate(
             dataset_files(inputs["source"]), output_path, config=config, context=zephyr_context
         )
@@ -39,6 +42,7 @@ def _run(
         "mode": config.mode,
         "counts": dg.MetadataValue.json(result.counts),
         "summary": dg.MetadataValue.md(_table(result.counts)),
+        **zephyr.metadata(zephyr_context),
     }
 
 

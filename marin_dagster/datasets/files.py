@@ -36,9 +36,15 @@ def dataset_files(output_path: str) -> list[str]:
         found = sorted(p for p in fsys.glob(f"{folder}/part-*") if _is_data(p[len(folder) + 1 :]))
         if found:
             break
-    if not found and fsys.isdir(root):
+    # Files under the source's own names: a dedup of a fetched dataset keeps them under
+    # documents/ (its attributes/ beside it are not documents), a fetched dataset anywhere.
+    for folder in (f"{root}/documents", root):
+        if found or not fsys.isdir(folder):
+            continue
         found = sorted(
-            p for p in fsys.find(root) if p.startswith(root + "/") and _is_data(p[len(root) + 1 :])
+            p
+            for p in fsys.find(folder)
+            if p.startswith(folder + "/") and _is_data(p[len(folder) + 1 :])
         )
     if not found:
         raise FileNotFoundError(

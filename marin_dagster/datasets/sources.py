@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import glob as globlib
 import hashlib
 import http.client
@@ -85,7 +86,12 @@ class SourceError(ValueError):
 
     def __init__(self, source: str, message: str, *, factory: str = ""):
         super().__init__(f"{factory + ': ' if factory else ''}dataset source {source!r}: {message}")
-        self.source, self.detail = source, message
+        self.source, self.detail, self.factory = source, message, factory
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Raised in Zephyr workers (the dataset asset fetches there) and sent back to the
+        # driver: pickle the fields, not the message.
+        return (functools.partial(SourceError, factory=self.factory), (self.source, self.detail))
 
 
 # -- the spec ----------------------------------------------------------------
@@ -720,6 +726,76 @@ def _staging_dir(output_path: str, staging: str | None) -> str:
     return os.path.join(tempfile.gettempdir(), "marin-dataset-staging", key)
 
 
+@dataclasses.dataclass(frozen=True)
+class FileFetch:
+    """What `fetch_file` did with one file."""
+
+    name: str
+    path: str
+    status: str  # "downloaded", "resumed" (a partial download continued) or "kept"
+    sha256: str | None = None  # of a file this call downloaded
+    resumed_at: int = 0  # the byte a resumed download continued from
+
+
+def fetch_file(
+    resolved: ResolvedSource, f: SourceFile, output_path: str, *, staging: str | None = None
+) -> FileFetch:
+    """One file of `resolved` into `output_path`, verified, under its name only once complete.
+
+    Independent of the other files, so a pipeline can fetch them in parallel (the `dataset`
+    asset runs one Zephyr task per file); `fetch` is the sequential loop.
+    """
+    stage = _staging_dir(output_path, staging)
+    target = fs.join(output_path, f.name)
+    if fs.exists(target):
+        fsys, p = fs.url_to_fs(target)
+        # A file appears under its name only after verification, so one of the right
+        # size is a finished download of a killed run, not a partial one.
+        if f.size < 0 or fsys.size(p) == f.size:
+            return FileFetch(f.name, target, "kept")
+        fs.remove(target)
+    partial = os.path.join(stage, f.name + PARTIAL_MARK)
+    os.makedirs(os.path.dirname(partial), exist_ok=True)
+    offset = os.path.getsize(partial) if os.path.exists(partial) else 0
+    if f.size >= 0 and offset > f.size:
+        os.remove(partial)
+        offset = 0
+    if offset:
+        logger.info("%s: resuming the download at byte %s of %s", f.name, offset, f.size)
+    _download(resolved, f, partial)
+    digest = _verify(resolved, f, partial)
+    if fs.is_local(output_path):
+        os.replace(partial, fs.url_to_fs(target)[1])
+    else:
+        fsys, p = fs.url_to_fs(target)
+        fsys.put_file(partial, p)  # an object appears whole once its upload completes
+        os.remove(partial)
+    return FileFetch(f.name, target, "resumed" if offset else "downloaded", digest, offset)
+
+
+def fetch_summary(
+    resolved: ResolvedSource, fetched: Sequence[FileFetch], log: logging.Logger | Any = logger
+) -> FetchResult:
+    """The FetchResult of `fetched` (one FileFetch per file of `resolved`, in its order)."""
+    for r in fetched:
+        if r.status == "resumed":
+            log.info(f"{r.name}: the download resumed at byte {r.resumed_at:,}")
+    new = [r.name for r in fetched if r.status != "kept"]
+    kept = [r.name for r in fetched if r.status == "kept"]
+    resumed = [r.name for r in fetched if r.status == "resumed"]
+    log.info(
+        f"{resolved.spec.describe()}: {len(new)} file(s) downloaded, {len(kept)} already "
+        f"there ({len(resumed)} resumed)"
+    )
+    return FetchResult(
+        [r.path for r in fetched],
+        new,
+        kept,
+        resumed,
+        {r.name: r.sha256 for r in fetched if r.sha256},
+    )
+
+
 def fetch(
     resolved: ResolvedSource,
     output_path: str,
@@ -733,43 +809,8 @@ def fetch(
     Partial downloads live in `staging` (a local folder; for a local output, the output
     folder itself) as `<name>.tmp-partial`.
     """
-    stage = _staging_dir(output_path, staging)
-    out_local = fs.is_local(output_path)
-    paths, downloaded, kept, resumed, digests = [], [], [], [], {}
-    for f in resolved.files:
-        target = fs.join(output_path, f.name)
-        paths.append(target)
-        if fs.exists(target):
-            fsys, p = fs.url_to_fs(target)
-            # A file appears under its name only after verification, so one of the right
-            # size is a finished download of a killed run, not a partial one.
-            if f.size < 0 or fsys.size(p) == f.size:
-                kept.append(f.name)
-                continue
-            fs.remove(target)
-        partial = os.path.join(stage, f.name + PARTIAL_MARK)
-        os.makedirs(os.path.dirname(partial), exist_ok=True)
-        offset = os.path.getsize(partial) if os.path.exists(partial) else 0
-        if f.size >= 0 and offset > f.size:
-            os.remove(partial)
-            offset = 0
-        if offset:
-            log.info(f"{f.name}: resuming the download at byte {offset:,} of {f.size:,}")
-            resumed.append(f.name)
-        _download(resolved, f, partial)
-        digests[f.name] = _verify(resolved, f, partial)
-        if out_local:
-            os.replace(partial, fs.url_to_fs(target)[1])
-        else:
-            fsys, p = fs.url_to_fs(target)
-            fsys.put_file(partial, p)  # an object appears whole once its upload completes
-            os.remove(partial)
-        downloaded.append(f.name)
-    log.info(
-        f"{resolved.spec.describe()}: {len(downloaded)} file(s) downloaded, {len(kept)} already "
-        f"there ({len(resumed)} resumed)"
-    )
-    return FetchResult(paths, downloaded, kept, resumed, digests)
+    fetched = [fetch_file(resolved, f, output_path, staging=staging) for f in resolved.files]
+    return fetch_summary(resolved, fetched, log)
 
 
 def _download(resolved: ResolvedSource, f: SourceFile, partial: str) -> None:
@@ -942,10 +983,16 @@ def _verify(resolved: ResolvedSource, f: SourceFile, partial: str) -> str:
 
 
 def check_text_field(
-    paths: Sequence[str], text_key: str, *, source: str, sample: int = SAMPLE_RECORDS
+    paths: Sequence[str],
+    text_key: str,
+    *,
+    source: str,
+    sample: int = SAMPLE_RECORDS,
+    allow_empty: bool = False,
 ) -> int:
     """Read the first `sample` records of every file: each must be an object whose `text_key`
-    is a string. Returns how many records were read; a source with none raises."""
+    is a string. Returns how many records were read; a source with none raises unless
+    `allow_empty` (a caller checking one file at a time adds the counts up itself)."""
     read = 0
     for path in paths:
         fmt = format_of(path) or "jsonl"
@@ -978,7 +1025,7 @@ def check_text_field(
             raise SourceError(
                 source, f"{e} (if the file is in another format, pass format=...)"
             ) from None
-    if read == 0:
+    if read == 0 and not allow_empty:
         raise SourceError(
             source,
             f"the source is empty: its {len(paths)} file(s) hold no records; add data or "

@@ -70,6 +70,7 @@ class ZephyrExecutionResult:
     results: list[Any]
     counters: Counters = field(default_factory=Counters)
     plan: str = ""
+    backend: str = ""  # the backend it ran on: "local", "ray" or "inline"
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.results)
@@ -178,6 +179,9 @@ class ZephyrContext:
         self._scratch_root = tempfile.mkdtemp(prefix="zephyr-", dir=scratch_dir)
         self._shared_objects: dict[str, Any] = {}
         self._shared: dict[str, Any] = {}  # name -> the current backend's handle
+        # Every execute's counters added up: what an engine that runs several pipelines on
+        # one context (dedup's rounds) did in all, for its caller's metadata.
+        self.total_counters = Counters()
         self._finalizer = weakref.finalize(self, ZephyrContext._cleanup, self._scratch_root, [None])
         if backend not in ("local", "ray", "inline"):
             raise ValueError(
@@ -285,7 +289,7 @@ class ZephyrContext:
         counters.builtin["stages"] = len(plan.stages)
         if dry_run:
             logger.info("Zephyr plan (dry run):\n%s", description)
-            return ZephyrExecutionResult([], counters, description)
+            return ZephyrExecutionResult([], counters, description, self.backend_name)
         logger.debug("Zephyr plan:\n%s", description)
         exec_dir = tempfile.mkdtemp(prefix="exec-", dir=self._scratch_root)
         try:
@@ -296,7 +300,8 @@ class ZephyrContext:
             raise
         finally:
             shutil.rmtree(exec_dir, ignore_errors=True)
-        return ZephyrExecutionResult(results, counters, description)
+            self.total_counters.merge(counters)
+        return ZephyrExecutionResult(results, counters, description, self.backend_name)
 
     def _fully_skipped(self, stage: Stage, cache: dict[int, bool]) -> bool:
         if stage.index not in cache:

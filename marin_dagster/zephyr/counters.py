@@ -82,6 +82,14 @@ class Counters(Mapping[str, float]):
         for k, v in user.items():
             self._user.setdefault(k, []).append(v)
 
+    def merge(self, other: Counters) -> None:
+        """Add `other`'s counts to these (the built-ins summed, the user counters' tasks
+        appended): the totals of several runs."""
+        for k, v in other.builtin.items():
+            self.builtin[k] = self.builtin.get(k, 0) + v
+        for k, values in other._user.items():
+            self._user.setdefault(k, []).extend(values)
+
     def stats(self, name: str) -> CounterStats:
         values = self._user.get(name)
         if not values:

@@ -44,7 +44,9 @@ def test_tokenizer_and_token_cache_assets(tmp_path, downloads):
             for e in instance.all_logs(result.run_id)
             if e.step_key == ds.op.name and e.user_message.startswith("zephyr 1/1 ")
         ]
-        assert any("0/2" in m for m in progress) and any("2/2" in m for m in progress), progress
+        # two tasks per input shard: its kept documents to train/, its held-out ones to
+        # validation/
+        assert any("0/4" in m for m in progress) and any("4/4" in m for m in progress), progress
 
         cache_path = ds_meta["path"]
         cache = TokenCache.open(cache_path, split="train")

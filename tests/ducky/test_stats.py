@@ -18,6 +18,7 @@ from marin_dagster.execution.asset import StepContext, versioned_asset
 from marin_dagster.execution.version import StepConfig
 from resources.ducky import stats_database_path, stats_duckdb, stats_writer
 from resources.storage import StorageResource
+from resources.zephyr import ZephyrResource
 from tests.conftest import subprocess_env
 from tests.ducky.conftest import jsonl_gz
 
@@ -58,7 +59,11 @@ def test_stats_asset_measures_text_and_token_datasets(tmp_path, dagster_home, co
     prefix = str(tmp_path / "data")
     text, tokens = _text_asset(corpus_records), _token_asset()
     stats = dataset_stats("stats/fixture", datasets=[text, tokens])
-    resources = {"storage": StorageResource(prefix=prefix), "duckdb": stats_duckdb(prefix)}
+    resources = {
+        "storage": StorageResource(prefix=prefix),
+        "duckdb": stats_duckdb(prefix),
+        "zephyr": ZephyrResource(max_workers=2),
+    }
     with dg.DagsterInstance.get() as instance:
         result = dg.materialize([text, tokens, stats], resources=resources, instance=instance)
         assert result.success

@@ -15,6 +15,7 @@ import dagster as dg
 from assets import folder_corpus, watched_folder
 from marin_dagster.execution.status import LOCK_FILE, StepStatus, read_status
 from resources.storage import StorageResource
+from resources.zephyr import ZephyrResource
 
 
 def test_stale_lease_takeover_is_in_the_run_log(tmp_path):
@@ -39,7 +40,11 @@ def test_stale_lease_takeover_is_in_the_run_log(tmp_path):
             f,
         )
     with dg.instance_for_test() as instance:
-        result = dg.materialize([corpus], instance=instance, resources={"storage": storage})
+        result = dg.materialize(
+            [corpus],
+            instance=instance,
+            resources={"storage": storage, "zephyr": ZephyrResource(max_workers=2)},
+        )
         assert result.success
         warnings = [
             e.user_message
