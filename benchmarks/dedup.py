@@ -4,11 +4,14 @@ Corpus: the modern-edition Shakespeare plays split into documents of about
 2 KB, each replicated with random word edits (rates 0 to 30%) until there
 are at least --docs documents. A replica's family is its source chunk.
 
-1. Signatures per second: dupekit (normalize + shingle + hash + JAX kernel,
-   from the text) against datasketch's `MinHash.bulk` given the same
-   shingles already cut and encoded (its default SHA1 hash), same process.
-2. The whole fuzzy pipeline (`deduplicate`, --workers local workers; without and
-   with verification, each run's throughput compared with datatrove's) against
+1. Signatures per second from a JSON lines file, both sides reading it:
+   dupekit (normalize + shingle + hash + JAX kernel) against datasketch's
+   `MinHash.bulk` (its default SHA1 hash) on shingles cut in Python with the
+   same normalization, for word and char 5-grams; then a per-stage profile of
+   one worker's signature stage, with the floor (reading and writing the file).
+2. The whole fuzzy pipeline (`deduplicate`, --workers local workers; with and
+   without verification, each run's throughput compared with datatrove's, and
+   the time of each of its Zephyr executions) against
    datatrove's four MinHash stages (signatures, buckets, cluster, filter)
    with the same number of tasks, when --datatrove-python names a Python
    that has datatrove (it runs in its own environment).

@@ -70,7 +70,7 @@ class DedupConfig:
     # and 0.5 with 0.03, and links chain. Its cost, measured on the 52k-document benchmark
     # corpus of docs/benchmarks.md (2 KB passages, copies with 0-30% of words edited):
     # 2,519 documents removed without any document of Jaccard >= 0.7 in their cluster,
-    # against 0 with verify=True, for about 20% less time.
+    # against 0 with verify=True, for 10-20% less time (docs/benchmarks.md, Dedup).
     verify: bool = True
     # With verify: a pair estimated in [threshold, threshold + verify_margin) is linked only
     # if its exact shingle-set Jaccard reaches the threshold; one above, on its estimate. At
