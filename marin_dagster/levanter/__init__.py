@@ -8,6 +8,7 @@ No Dagster here: this runs inside Iris jobs and subprocesses. The public API:
 from marin_dagster.levanter.config import (
     NAMED_CONFIGS,
     LlamaConfig,
+    Qwen3Config,
     TrainerSettings,
     TrainLmConfig,
     llama_150m,
@@ -22,6 +23,7 @@ from marin_dagster.levanter.sample import generate
 from marin_dagster.levanter.trainer import TrainingDivergedError, TrainResult, train
 
 __all__ = [
+    "Qwen3Config",
     "MFU_FORMULA",
     "NAMED_CONFIGS",
     "AdamConfig",

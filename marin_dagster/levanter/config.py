@@ -49,6 +49,8 @@ class LlamaConfig:
     layer_norm_epsilon: float = 1e-5
     rope_theta: float = 10000.0
     tie_word_embeddings: bool = False
+    # RMSNorm over each head's queries and keys before RoPE (Qwen3's QK-norm).
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -78,6 +80,11 @@ class LlamaConfig:
             raise ValueError(f"LlamaConfig.vocab_size must be positive, got {self.vocab_size}")
 
     @property
+    def max_seq_len(self) -> int:
+        """Levanter's newer name for `seq_len`."""
+        return self.seq_len
+
+    @property
     def actual_head_dim(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_dim // self.num_heads
 
@@ -105,9 +112,26 @@ class LlamaConfig:
             )
         d, i, hd = self.hidden_dim, self.intermediate_dim, self.actual_head_dim
         attn = d * hd * (self.num_heads + 2 * self.num_kv_heads) + self.num_heads * hd * d
-        layer = attn + 3 * d * i + 2 * d
+        layer = attn + 3 * d * i + 2 * d + (2 * hd if self.qk_norm else 0)
         head = 0 if self.tie_word_embeddings else d * self.vocab_size
         return self.vocab_size * d + self.num_layers * layer + d + head
+
+
+def Qwen3Config(  # noqa: N802 - Levanter's class name, so Marin's experiment files run as written
+    *,
+    max_seq_len: int = 4096,
+    rope_theta: float = 1_000_000.0,
+    layer_norm_epsilon: float = 1e-6,
+    **fields: Any,
+) -> LlamaConfig:
+    """Levanter's Qwen3Config: a Llama decoder with QK-norm, Qwen3's RoPE base and epsilon."""
+    return LlamaConfig(
+        seq_len=max_seq_len,
+        rope_theta=rope_theta,
+        layer_norm_epsilon=layer_norm_epsilon,
+        qk_norm=True,
+        **fields,
+    )
 
 
 # Marin's named sizes.
@@ -146,6 +170,9 @@ class TrainLmConfig:
     seq_len: int | None = None  # default: model.seq_len
     num_train_steps: int = 100
     seed: int = 0
+    # PaLM's z-loss weight (Levanter's `z_loss_weight`): weight * log(Z)^2 per token keeps the
+    # logits' scale in check. None: off.
+    z_loss_weight: float | None = None
     # Validation sets {name: cache path}, read from `validation_split`. None: the
     # validation split of every training dataset that has one.
     validation: Mapping[str, str] | None = None
@@ -187,6 +214,12 @@ class TrainLmConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise TrainInputError(f"{name} must be a positive integer, got {value!r}")
+        if self.z_loss_weight is not None and not (
+            isinstance(self.z_loss_weight, int | float) and 0 <= self.z_loss_weight < math.inf
+        ):
+            raise TrainInputError(
+                f"z_loss_weight must be a non-negative number or None, got {self.z_loss_weight!r}"
+            )
         for name in ("steps_per_eval", "max_eval_batches", "checkpoint_every_steps", "keep"):
             value = getattr(self, name)
             if value is not None and value < 1:

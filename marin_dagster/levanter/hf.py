@@ -82,6 +82,11 @@ class HfFormatError(ValueError):
 
 def hf_config(config: LlamaConfig, torch_dtype: str = "float32") -> dict[str, Any]:
     """config.json for `config`, as transformers' LlamaConfig writes it."""
+    if config.qk_norm:
+        raise HfFormatError(
+            "qk_norm=True (a Qwen3Config model): only Llama models export to a Hugging Face "
+            "folder so far; train with a LlamaConfig to export"
+        )
     if config.vocab_size is None:
         raise HfFormatError(
             "LlamaConfig.vocab_size is unset: set it from the tokenizer (config.with_vocab(n)) "

@@ -46,7 +46,11 @@ def _logits(x: jax.Array, head: jax.Array) -> jax.Array:
 
 
 def token_cross_entropy(
-    x: jax.Array, head: jax.Array, targets: jax.Array, max_elements: int | None = None
+    x: jax.Array,
+    head: jax.Array,
+    targets: jax.Array,
+    max_elements: int | None = None,
+    z_loss_weight: float = 0.0,
 ) -> jax.Array:
     """Cross entropy (nats) of each position, shape (B, T): -log softmax(x @ head)[target].
 
@@ -61,25 +65,31 @@ def token_cross_entropy(
         x_c, targets_c = xt
         logits = _logits(x_c, head)
         target_logit = jnp.take_along_axis(logits, targets_c[..., None], axis=-1)[..., 0]
-        return jax.nn.logsumexp(logits, axis=-1) - target_logit
+        log_z = jax.nn.logsumexp(logits, axis=-1)
+        return log_z - target_logit + z_loss_weight * log_z**2
 
     return _from_chunks(jax.lax.map(losses, (_to_chunks(x, chunk), _to_chunks(targets, chunk))), t)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def cross_entropy_sum(
     x: jax.Array,
     head: jax.Array,
     targets: jax.Array,
     weights: jax.Array,
     max_elements: int | None = None,
+    z_loss_weight: float = 0.0,
 ) -> jax.Array:
     """sum(weights * token_cross_entropy(x, head, targets)): a float32 scalar, differentiable in
-    x and head with the gradients computed chunk by chunk in the forward pass."""
-    return jnp.sum(weights * token_cross_entropy(x, head, targets, max_elements))
+    x and head with the gradients computed chunk by chunk in the forward pass.
+
+    `z_loss_weight` adds PaLM's z-loss, weight * log(Z)^2 per position (Z the softmax's
+    normalizer), which keeps the logits from drifting in scale.
+    """
+    return jnp.sum(weights * token_cross_entropy(x, head, targets, max_elements, z_loss_weight))
 
 
-def _cross_entropy_sum_fwd(x, head, targets, weights, max_elements):
+def _cross_entropy_sum_fwd(x, head, targets, weights, max_elements, z_loss_weight):
     b, t, _ = x.shape
     w = head.astype(x.dtype)
     vocab = w.shape[1]
@@ -91,11 +101,12 @@ def _cross_entropy_sum_fwd(x, head, targets, weights, max_elements):
         logits = _logits(x_c, w)
         log_z = jax.nn.logsumexp(logits, axis=-1)
         target_logit = jnp.take_along_axis(logits, targets_c[..., None], axis=-1)[..., 0]
-        total = total + jnp.sum(weights_c * (log_z - target_logit))
-        # d loss / d logits = softmax - one_hot(target), per position times its weight.
-        d_logits = (
-            jnp.exp(logits - log_z[..., None]) - jax.nn.one_hot(targets_c, vocab)
-        ) * weights_c[..., None]
+        total = total + jnp.sum(weights_c * (log_z - target_logit + z_loss_weight * log_z**2))
+        # d loss / d logits = softmax * (1 + 2 z log Z) - one_hot(target), times the weight.
+        softmax = jnp.exp(logits - log_z[..., None])
+        if z_loss_weight:
+            softmax = softmax * (1.0 + 2.0 * z_loss_weight * log_z)[..., None]
+        d_logits = (softmax - jax.nn.one_hot(targets_c, vocab)) * weights_c[..., None]
         d_logits = d_logits.astype(x.dtype)
         d_x = jnp.einsum("btv,dv->btd", d_logits, w)
         d_head = d_head + jnp.einsum(
@@ -113,7 +124,7 @@ def _cross_entropy_sum_fwd(x, head, targets, weights, max_elements):
     return total, (_from_chunks(d_x, t), d_head.astype(head.dtype))
 
 
-def _cross_entropy_sum_bwd(max_elements, residuals, g):
+def _cross_entropy_sum_bwd(max_elements, z_loss_weight, residuals, g):
     d_x, d_head = residuals
     return (g * d_x).astype(d_x.dtype), (g * d_head).astype(d_head.dtype), None, None
 

@@ -49,6 +49,14 @@ def init_params(config: LlamaConfig, key: jax.Array) -> Params:
             "v_proj": normal((n_layers, d, kv * hd)),
             "o_proj": normal((n_layers, h * hd, d)),
             "mlp_norm": jnp.ones((n_layers, d), jnp.float32),
+            **(
+                {
+                    "q_norm": jnp.ones((n_layers, hd), jnp.float32),
+                    "k_norm": jnp.ones((n_layers, hd), jnp.float32),
+                }
+                if config.qk_norm
+                else {}
+            ),
             "gate_proj": normal((n_layers, d, i)),
             "up_proj": normal((n_layers, d, i)),
             "down_proj": normal((n_layers, i, d)),
@@ -97,6 +105,9 @@ def attention(
     q = (x @ layer["q_proj"].astype(dtype)).reshape(b, t, h, hd)
     k = (x @ layer["k_proj"].astype(dtype)).reshape(b, t, kv, hd)
     v = (x @ layer["v_proj"].astype(dtype)).reshape(b, t, kv, hd)
+    if config.qk_norm:
+        q = rms_norm(q, layer["q_norm"], config.layer_norm_epsilon)
+        k = rms_norm(k, layer["k_norm"], config.layer_norm_epsilon)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     out = causal_attention(q, k, v, implementation).reshape(b, t, h * hd)
     return out @ layer["o_proj"].astype(dtype)
@@ -197,12 +208,15 @@ def loss_fn(
     compute_dtype: jnp.dtype = jnp.float32,
     *,
     remat: str = "none",
+    z_loss_weight: float = 0.0,
 ) -> jax.Array:
-    """Mean next-token cross entropy over the batch: the training loss."""
+    """Mean next-token cross entropy over the batch (plus the z-loss, if weighted): the
+    training loss."""
     b, t = tokens.shape
     x = hidden_states(params, tokens, config, compute_dtype, remat=remat)
     # Every position predicts the next token; the last has none, so it gets weight 0 (rather
     # than slicing x to T-1 positions, which would copy it and break power-of-two chunks).
     targets = jnp.concatenate([tokens[:, 1:], jnp.zeros((b, 1), tokens.dtype)], axis=1)
     weights = jnp.broadcast_to(jnp.arange(t) < t - 1, (b, t)).astype(jnp.float32)
-    return cross_entropy_sum(x, lm_head(params, config), targets, weights) / (b * (t - 1))
+    total = cross_entropy_sum(x, lm_head(params, config), targets, weights, None, z_loss_weight)
+    return total / (b * (t - 1))

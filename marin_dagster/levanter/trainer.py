@@ -122,6 +122,7 @@ def _compiled(
     mesh: jax.sharding.Mesh,
     parallelism: str,
     remat: str = "none",
+    z_loss_weight: float = 0.0,
 ):
     dtype = jnp.dtype(dtype_name)
     tx = optimizer.build(num_train_steps)
@@ -138,7 +139,7 @@ def _compiled(
 
     def train_step(state: dict[str, Any], tokens: jax.Array):
         loss, grads = jax.value_and_grad(loss_fn)(
-            state["params"], tokens, model, dtype, remat=remat
+            state["params"], tokens, model, dtype, remat=remat, z_loss_weight=z_loss_weight
         )
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
@@ -322,6 +323,7 @@ def _set_up(config: TrainLmConfig, settings: TrainerSettings, output_path: str) 
         mesh,
         settings.parallelism,
         settings.remat,
+        config.z_loss_weight or 0.0,
     )
     return _Run(
         config,

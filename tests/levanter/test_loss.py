@@ -52,6 +52,31 @@ def test_values_and_gradients_match_full_logits(max_elements: int) -> None:
     np.testing.assert_allclose(jnp.sum(weights * per_token), ref_value, rtol=1e-6)
 
 
+@pytest.mark.parametrize("max_elements", [10**9, 3 * 40])
+def test_z_loss_values_and_gradients_match_full_logits(max_elements: int) -> None:
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(3, 13, 16)), jnp.float32)
+    head = jnp.asarray(rng.normal(size=(16, 40)), jnp.float32)
+    targets = jnp.asarray(rng.integers(0, 40, (3, 13)), jnp.int32)
+    weights = jnp.asarray(rng.random((3, 13)), jnp.float32)
+    z = 1e-2
+
+    def reference(x, head):
+        log_z = jax.nn.logsumexp(x @ head, axis=-1)
+        return _full_logits_sum(x, head, targets, weights) + z * jnp.sum(weights * log_z**2)
+
+    value, grads = jax.value_and_grad(cross_entropy_sum, argnums=(0, 1))(
+        x, head, targets, weights, max_elements, z
+    )
+    ref_value, ref_grads = jax.value_and_grad(reference, argnums=(0, 1))(x, head)
+    assert float(value) == pytest.approx(float(ref_value), rel=1e-6)
+    for g, r in zip(grads, ref_grads, strict=True):
+        np.testing.assert_allclose(g, r, atol=1e-5)
+    # The z-loss is there: without it, value and gradients differ.
+    plain = cross_entropy_sum(x, head, targets, weights, max_elements)
+    assert float(value) - float(plain) > 0.1
+
+
 def test_model_loss_is_the_mean_of_token_losses_and_of_full_logits() -> None:
     config = LlamaConfig(
         seq_len=16,

@@ -132,3 +132,53 @@ def test_bad_model_config_names_the_field(field: str, value: int, match: str) ->
 def test_init_without_vocab_says_where_it_comes_from() -> None:
     with pytest.raises(ValueError, match="vocab_size"):
         init_params(llama_nano, jax.random.PRNGKey(0))
+
+
+def test_qk_norm_normalizes_each_heads_queries_and_keys() -> None:
+    """Qwen3's QK-norm: scaling a layer's q/k projections changes nothing (each head's queries
+    and keys are RMS-normalized before RoPE), while the same scaling changes a plain Llama."""
+    from marin_dagster.levanter import Qwen3Config
+
+    qwen = Qwen3Config(
+        max_seq_len=16,
+        hidden_dim=16,
+        intermediate_dim=32,
+        num_heads=4,
+        num_kv_heads=2,
+        num_layers=2,
+        vocab_size=40,
+    )
+    assert qwen.qk_norm and qwen.max_seq_len == 16 and qwen.rope_theta == 1e6
+    params = init_params(qwen, jax.random.PRNGKey(3))
+    assert params["layers"]["q_norm"].shape == (2, 4) and params["layers"]["k_norm"].shape == (2, 4)
+    assert sum(x.size for x in jax.tree.leaves(params)) == qwen.num_parameters()
+    tokens = _tokens()
+
+    def scaled(p):
+        layers = {
+            **p["layers"],
+            "q_proj": p["layers"]["q_proj"] * 30.0,
+            "k_proj": p["layers"]["k_proj"] * 10.0,
+        }
+        return {**p, "layers": layers}
+
+    np.testing.assert_allclose(
+        forward(params, tokens, qwen), forward(scaled(params), tokens, qwen), rtol=2e-3, atol=2e-3
+    )
+    plain = dataclasses.replace(qwen, qk_norm=False)
+    plain_params = {
+        **params,
+        "layers": {
+            k: v
+            for k, v in params["layers"].items()
+            if "norm" not in k or k in ("attn_norm", "mlp_norm")
+        },
+    }
+    assert not np.allclose(
+        forward(plain_params, tokens, plain),
+        forward(scaled(plain_params), tokens, plain),
+        atol=1e-3,
+    )
+    # The gains are used: a changed q_norm changes the logits.
+    bumped = {**params, "layers": {**params["layers"], "q_norm": params["layers"]["q_norm"] * 3.0}}
+    assert not np.allclose(forward(params, tokens, qwen), forward(bumped, tokens, qwen), atol=1e-4)
