@@ -266,6 +266,46 @@ class ResourceConfig:
 
     # -- constructors -------------------------------------------------------------------
 
+    # Marin's spellings, so experiment files written for Marin run unchanged.
+    @staticmethod
+    def with_cpu(
+        cpu: float = 1, ram: str = "4g", disk: str = "10g", preemptible: bool = True
+    ) -> ResourceConfig:
+        return ResourceConfig(cpu=cpu, ram=ram, disk=disk, preemptible=preemptible)
+
+    @staticmethod
+    def with_gpu(
+        gpu_type: str = ANY_GPU,
+        count: int = 1,
+        *,
+        cpu: float = 1,
+        ram: str = "4g",
+        disk: str = "10g",
+        preemptible: bool = True,
+        replicas: int = 1,
+    ) -> ResourceConfig:
+        return ResourceConfig(
+            cpu=cpu,
+            ram=ram,
+            disk=disk,
+            device=GpuConfig(gpu_type.lower(), count),
+            preemptible=preemptible,
+            replicas=replicas,
+        )
+
+    @staticmethod
+    def with_tpu(
+        tpu_type: str,
+        *,
+        cpu: float = 1,
+        ram: str = "4g",
+        disk: str = "10g",
+        preemptible: bool = True,
+    ) -> ResourceConfig:
+        return ResourceConfig(
+            cpu=cpu, ram=ram, disk=disk, device=TpuConfig(tpu_type.lower()), preemptible=preemptible
+        )
+
     @staticmethod
     def parse(value: str | ResourceConfig) -> ResourceConfig:
         """Parse "cpu", "cpu:4", "gpu:1", "gpu:h100x8", "tpu:v5e-8" (+ "key=value" options)."""

@@ -177,3 +177,15 @@ def test_canonical_string_round_trips(device, cpu, ram, preemptible, replicas):
     rc = ResourceConfig(cpu=cpu, ram=ram, device=device, preemptible=preemptible, replicas=replicas)
     assert ResourceConfig.parse(rc.to_string()) == rc
     assert ResourceConfig.from_op_tags(rc.to_op_tags()) == rc
+
+
+def test_marins_constructors_equal_the_strings():
+    assert ResourceConfig.with_cpu() == ResourceConfig.parse("cpu")
+    assert ResourceConfig.with_cpu(cpu=8, ram="32g") == ResourceConfig.parse("cpu:8 ram=32g")
+    assert ResourceConfig.with_gpu("H100", 8, replicas=2) == ResourceConfig.parse(
+        "gpu:h100x8 replicas=2"
+    )
+    assert ResourceConfig.with_gpu() == ResourceConfig.parse("gpu:1")
+    assert ResourceConfig.with_tpu("v5e-8") == ResourceConfig.parse("tpu:v5e-8")
+    with pytest.raises(ResourceConfigError, match="unknown GPU type"):
+        ResourceConfig.with_gpu("h999")
