@@ -303,8 +303,8 @@ def as_dataset(
 ) -> dg.AssetsDefinition:
     """`source` itself if it is already an asset, else `dataset(dataset_name(source), source,
     ...)`: what factories taking `source=` call so a path, URL or hub id works there too."""
-    if isinstance(source, dg.AssetsDefinition):
-        return source
+    if isinstance(source, dg.AssetsDefinition) or hasattr(source, "as_asset"):
+        return source  # an asset, or a Marin ExecutorStep whose output is the dataset
     if not isinstance(source, str):
         raise TypeError(
             f"a dataset source is an asset or a string (path, URL, hub id), not "

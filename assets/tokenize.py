@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -137,6 +138,21 @@ def tokenizer(
     )
 
 
+def pretrained_tokenizer(spec: str) -> dg.AssetsDefinition:
+    """The tokenizer asset of a pretrained tokenizer (`tokenizers/<hub id or file name>`),
+    one per spec however many datasets use it."""
+    stem = spec.rstrip("/").removesuffix(".json") if os.path.sep in spec else spec
+    parts = [p for p in re.split(r"[/\\]", stem) if p not in ("", ".", "..", "~")]
+    name = "tokenizers/" + "/".join(re.sub(r"[^A-Za-z0-9_.-]", "_", p) for p in parts[-2:])
+    known = _PRETRAINED.get(spec)
+    if known is None:
+        known = _PRETRAINED[spec] = tokenizer(name, pretrained=spec)
+    return known
+
+
+_PRETRAINED: dict[str, dg.AssetsDefinition] = {}
+
+
 class TokenizedConfig(StepConfig):
     sample_count: int | None = pydantic.Field(None, ge=1)
     validation_fraction: float = pydantic.Field(0.05, ge=0.0, lt=1.0)
@@ -200,14 +216,29 @@ def _run_tokenized(
 
 def tokenized(
     name: str,
-    source: dg.AssetsDefinition,
-    tokenizer: dg.AssetsDefinition,
+    source: dg.AssetsDefinition | str,
+    tokenizer: dg.AssetsDefinition | str,
     *,
     validation: float | dg.AssetsDefinition = 0.05,
+    version: str | None = None,
     resources: str | ResourceConfig = "cpu",
     **config: Any,
 ) -> dg.AssetsDefinition:
-    """A Levanter-style token cache of `source` (train and validation splits), one shard per input shard."""
+    """A Levanter-style token cache of `source` (train and validation splits), one shard per input shard.
+
+    `source` may be a dataset asset or anything `dataset` reads (a hub dataset id, which takes
+    its train split, a path, a URL); `tokenizer` a tokenizer asset or a pretrained tokenizer
+    (hub id or tokenizer.json path). `version` is a label of your own that enters the version.
+    """
+    if isinstance(source, str):
+        from assets.dataset import as_dataset
+        from marin_dagster.datasets.sources import parse_source
+
+        spec = parse_source(source)
+        split = {"split": "train"} if spec.kind == "hub" else {}
+        source = as_dataset(source, text_key=config.get("text_key", "text"), **split)
+    if isinstance(tokenizer, str):
+        tokenizer = pretrained_tokenizer(tokenizer)
     upstream = {"source": source, "tokenizer": tokenizer}
     if isinstance(validation, dg.AssetsDefinition):
         upstream["validation"] = validation
@@ -220,6 +251,7 @@ def tokenized(
         config=cfg,
         run=_run_tokenized,
         upstream=upstream,
+        label=version,
         description="Token cache (uint16/uint32 ids and document offsets as .npy shards, a ledger "
         "per split) that training reads with TokenCache.",
         resources=resources,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -57,7 +57,8 @@ def _run_train(
         datasets={inputs[name]: weight for name, weight in config.datasets.items()},
         # Eval metrics named by asset, as the evaluate(...) asset names them.
         validation=with_split(
-            {name: inputs[name] for name in config.datasets}, config.validation_split
+            {name: inputs[name] for name in (config.validation or config.datasets)},
+            config.validation_split,
         ),
         tokenizer_vocab_size=vocab_size(tok),
     )
@@ -100,17 +101,20 @@ def train_lm(
     batch_size: int,
     num_train_steps: int,
     seq_len: int | None = None,
+    evals: Sequence[dg.AssetsDefinition] | None = None,
     resources: str | ResourceConfig = "cpu",
     **config: Any,
 ) -> dg.AssetsDefinition:
     """A Llama trained on a mixture of tokenized datasets; output: orbax checkpoints and final params.
 
-    The step's config is the engine's `TrainLmConfig` (its other fields as keywords), with the
-    datasets named by asset; `version` is a label of your own that enters the step's version.
+    The step's config is the engine's `TrainLmConfig` (its other fields as keywords, e.g.
+    `z_loss_weight`), with the datasets named by asset; `version` is a label of your own that
+    enters the step's version. Evaluation reads the validation split of `evals` (tokenized
+    assets with the same tokenizer), by default of the training datasets.
     """
     if not datasets:
         raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_asset: weight}}")
-    tokenizer_step = _tokenizer_step(name, datasets)
+    tokenizer_step = _tokenizer_step(name, {**datasets, **dict.fromkeys(evals or (), 1.0)})
     with defining("train_lm", name):
         cfg = TrainLmConfig(
             model=model,
@@ -119,9 +123,10 @@ def train_lm(
             batch_size=batch_size,
             num_train_steps=num_train_steps,
             seq_len=seq_len,
+            validation={step_for(a).name: step_for(a).name for a in evals} if evals else None,
             **config,
         )
-    upstream = {step_for(a).name: a for a in datasets}
+    upstream = {step_for(a).name: a for a in [*datasets, *(evals or ())]}
     upstream["tokenizer"] = tokenizer_step.asset
     return versioned_asset(
         name=name,

@@ -113,8 +113,9 @@ def asset_key(name: str, kind: str | None = None) -> dg.AssetKey:
     return dg.AssetKey(parts)
 
 
-def _defined_at() -> str:
-    """`file:line` of the first caller outside the factories and this package."""
+def caller_frame() -> Any:
+    """The frame of the first caller outside the factories and this package: the
+    experiment's code (None when there is none)."""
     frame = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
@@ -122,9 +123,15 @@ def _defined_at() -> str:
             module.startswith("assets.") and not module.startswith("assets.experiments")
         )
         if not (module.startswith("marin_dagster.") or factory):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            return frame
         frame = frame.f_back
-    return "<unknown>"
+    return None
+
+
+def _defined_at() -> str:
+    """`file:line` where the experiment defined the step."""
+    frame = caller_frame()
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "<unknown>"
 
 
 @contextlib.contextmanager
@@ -159,9 +166,20 @@ def register_step(step: Step) -> None:
     change it after (`map_asset_specs` returns a new object).
     """
     _STEPS[id(step.asset)] = step
+    # A file of steps is a code location as it is (`dagster dev -f exp.py`).
+    from assets.location import attach_caller
+
+    attach_caller()
 
 
-def step_for(asset: dg.AssetsDefinition) -> Step:
+def is_registered(asset: Any) -> bool:
+    return id(asset) in _STEPS and _STEPS[id(asset)].asset is asset
+
+
+def step_for(asset: Any) -> Step:
+    """The step behind a factory's asset, or behind a Marin `ExecutorStep` (lowered)."""
+    if not isinstance(asset, dg.AssetsDefinition) and hasattr(asset, "as_asset"):
+        asset = asset.as_asset()
     try:
         return _STEPS[id(asset)]
     except KeyError:

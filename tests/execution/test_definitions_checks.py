@@ -68,7 +68,7 @@ def test_the_same_definition_reached_twice_is_one_asset():
 
 LOCATION = textwrap.dedent("""
     from assets import Experiment, sample_corpus
-    from marin_dagster.definitions import build_definitions
+    from assets.location import build_definitions
 
     first = Experiment("first", leaves=[sample_corpus("raw/shared", num_shards=2)])
     second = Experiment("second", leaves=[sample_corpus("raw/shared", num_shards=4)])

@@ -1,0 +1,126 @@
+"""Code locations: experiments -> `Definitions`, and any experiment file as a location.
+
+`build_definitions` makes the default location (marin_dagster/definitions.py) of every
+experiment under assets/experiments. A user's own file, written with the factories or with
+Marin's `ExecutorStep`s and no Dagster code, is a location too (`dagster dev -f exp.py`):
+the first factory or step it calls attaches a lazy loader to the file's module
+(`attach_caller`), which Dagster's module discovery picks first and which builds the
+location from what the module holds once it has finished importing.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import dagster as dg
+from dagster.components.definitions import LazyDefinitions
+
+from assets.experiment import Experiment
+from marin_dagster.execution.asset import DuplicateAssetError, Step, caller_frame, upstream_closure
+
+LOADER = "marin_definitions"
+
+
+def build_definitions(experiments: list[Experiment]) -> dg.Definitions:
+    from assets.sensors import sensors_for
+    from resources import local_resources
+
+    # An asset shared by experiments shows in the group of the first that lists it.
+    asset_defs: dict[dg.AssetKey, dg.AssetsDefinition] = {}
+    owners: dict[dg.AssetKey, tuple[Step, str]] = {}
+    for experiment in experiments:
+        for step in upstream_closure(experiment.leaves):
+            key = step.asset.key
+            if key in owners:
+                first, first_experiment = owners[key]
+                if first.version != step.version:
+                    raise DuplicateAssetError(
+                        first, step, f" (experiments {first_experiment!r} and {experiment.name!r})"
+                    )
+                continue
+            owners[key] = (step, experiment.name)
+            asset_defs[key] = step.asset.with_attributes(group_names_by_key={key: experiment.name})
+    resources = local_resources()
+    return dg.Definitions(
+        assets=list(asset_defs.values()),
+        jobs=[experiment.job() for experiment in experiments],
+        sensors=sensors_for(experiments),
+        resources=resources,
+        # CPU steps run as local subprocesses; accelerator steps go to the Iris launcher.
+        executor=resources["iris"].executor(),
+    )
+
+
+def _members(namespace: Mapping[str, Any]) -> Iterator[Any]:
+    for name, value in list(namespace.items()):
+        if name.startswith("__"):
+            continue
+        # Exact types: Dagster's records are tuples that refuse iteration.
+        if type(value) in (list, tuple):
+            yield from value
+        elif type(value) is dict:
+            yield from value.values()
+        else:
+            yield value
+
+
+def _is_step(value: Any) -> bool:
+    from marin_dagster.execution.asset import is_registered
+    from marin_dagster.marin.step import ExecutorStep
+
+    return isinstance(value, ExecutorStep) or (
+        isinstance(value, dg.AssetsDefinition) and is_registered(value)
+    )
+
+
+def module_definitions(namespace: Mapping[str, Any]) -> dg.Definitions | dg.RepositoryDefinition:
+    """The location of a module: its own `Definitions` if it has one, else one job of its
+    `Experiment`s, or else one experiment named after the file of every step it holds."""
+    own = [v for v in namespace.values() if isinstance(v, dg.Definitions | dg.RepositoryDefinition)]
+    if len(own) > 1:
+        raise dg.DagsterInvariantViolationError(
+            f"{namespace.get('__file__')}: more than one Definitions at module scope"
+        )
+    if own:
+        return own[0]
+    experiments = [v for v in namespace.values() if isinstance(v, Experiment)]
+    if not experiments:
+        from marin_dagster.marin.lower import lower
+
+        leaves = {id(a): a for a in (lower(v) for v in _members(namespace) if _is_step(v))}
+        if not leaves:
+            raise dg.DagsterInvariantViolationError(
+                f"{namespace.get('__file__')}: no steps at module scope; assign the steps "
+                "(or a list of them) to module-level names"
+            )
+        experiments = [Experiment(experiment_name(namespace), leaves=list(leaves.values()))]
+    return build_definitions(experiments)
+
+
+def experiment_name(namespace: Mapping[str, Any]) -> str:
+    """The file's stem (`my_exp.py` -> `my_exp`, so its job is `my_exp_job`)."""
+    stem = str(namespace.get("__file__") or namespace.get("__name__") or "steps")
+    stem = re.split(r"[/\\]", stem)[-1].removesuffix(".py").split(".")[-1]
+    return re.sub(r"\W", "_", stem) or "steps"
+
+
+def attach_caller() -> None:
+    """Give the module that is defining steps a loader Dagster's discovery picks first."""
+    frame = caller_frame()
+    if frame is None:
+        return
+    namespace = frame.f_globals
+    if LOADER in namespace or not namespace.get("__name__"):
+        return
+    if any(isinstance(v, LazyDefinitions) for v in namespace.values()):
+        return  # the module loads itself (@dg.definitions)
+    if namespace.get("__name__") not in sys.modules:
+        return  # exec'd code, not a module Dagster could load
+
+    def load() -> dg.Definitions | dg.RepositoryDefinition:
+        return module_definitions(namespace)
+
+    namespace[LOADER] = dg.definitions(load)

@@ -1,0 +1,234 @@
+"""How an `ExecutorStep` becomes a Dagster asset.
+
+The step's version is Marin's: a hash of its name, the `versioned(...)` values of its config
+(by their path in the config, e.g. `train.lr`), its references to other steps (`DEP[name]`
+and the sub-path) and those steps' versions. Everything else in the config is free to change.
+Each referenced step becomes an upstream asset, so lineage in the UI is the config's
+references. When the asset runs, the config is instantiated (references replaced by paths,
+`versioned` unwrapped) and handed to `fn`; `.executor_info` beside the output records what ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+import pydantic
+
+from marin_dagster import fs
+from marin_dagster.execution.asset import StepContext, step_for, versioned_asset
+from marin_dagster.execution.version import canonical
+from marin_dagster.marin.step import ExecutorStep, InputName, OutputName, VersionedValue
+
+KIND = "executor_step"
+EXECUTOR_INFO = ".executor_info"
+PACKAGE = "marin-dagster"
+
+# Keyed by id(step); the step is kept alive with its asset so an id is never reused.
+_LOWERED: dict[int, tuple[ExecutorStep, dg.AssetsDefinition]] = {}
+
+
+def lower(step: Any) -> dg.AssetsDefinition:
+    """The asset of an `ExecutorStep` (built once per step), or a factory's asset itself."""
+    if isinstance(step, dg.AssetsDefinition):
+        step_for(step)  # not a factory's asset: say so here, not when it runs
+        return step
+    if isinstance(step, ExecutorStep):
+        known = _LOWERED.get(id(step))
+        if known is None:
+            known = _LOWERED[id(step)] = (step, _lower(step))
+        return known[1]
+    raise TypeError(
+        f"cannot run {type(step).__name__} {step!r} as a step: give an ExecutorStep or an "
+        "asset made by a factory (tokenized, train_lm, ...)"
+    )
+
+
+def _walk(value: Any, path: str, visit: Any) -> None:
+    """Call `visit(path, leaf)` for each reference or versioned value in a config."""
+    if isinstance(value, VersionedValue | InputName | OutputName):
+        visit(path, value)
+    elif isinstance(value, ExecutorStep | dg.AssetsDefinition):
+        visit(path, InputName(value))  # a bare step in a config means its output folder
+    elif isinstance(value, pydantic.BaseModel):
+        for name in type(value).model_fields:
+            _walk(getattr(value, name), f"{path}.{name}" if path else name, visit)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _walk(getattr(value, f.name), f"{path}.{f.name}" if path else f.name, visit)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _walk(v, f"{path}.{k}" if path else str(k), visit)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _walk(v, f"{path}[{i}]", visit)
+
+
+def _lower(step: ExecutorStep) -> dg.AssetsDefinition:
+    upstream: dict[str, dg.AssetsDefinition] = {}
+    version: dict[str, Any] = {}
+
+    def visit(path: str, leaf: Any) -> None:
+        if isinstance(leaf, VersionedValue):
+            try:
+                version[path] = canonical(leaf.value)
+            except TypeError as e:
+                raise TypeError(f"ExecutorStep({step.name!r}): versioned {path}: {e}") from None
+        elif isinstance(leaf, InputName):
+            if leaf.step is None:
+                version[path] = leaf.name
+                return
+            dep = _upstream_asset(step, path, leaf.step)
+            role = step_for(dep).name
+            upstream[role] = dep
+            version[path] = f"DEP[{role}]" + (f"/{leaf.name}" if leaf.name else "")
+
+    _walk(step.config, "", visit)
+    run = _runner(step)
+    return versioned_asset(
+        name=step.name,
+        kind=KIND,
+        config={"name": step.name, "config": version},
+        run=run,
+        upstream=upstream,
+        description=step.description or f"{_qualname(step.fn)}(config)",
+        resources=step.resources or "cpu",
+        kinds=("python",),
+    )
+
+
+def _upstream_asset(step: ExecutorStep, path: str, target: Any) -> dg.AssetsDefinition:
+    if isinstance(target, ExecutorStep | dg.AssetsDefinition):
+        try:
+            return lower(target)
+        except ValueError as e:
+            raise ValueError(f"ExecutorStep({step.name!r}): {path}: {e}") from None
+    raise TypeError(
+        f"ExecutorStep({step.name!r}): {path} refers to a {type(target).__name__}; "
+        "output_path_of takes an ExecutorStep or an asset made by a factory"
+    )
+
+
+def _qualname(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def instantiate(value: Any, inputs: Mapping[str, str], output_path: str) -> Any:
+    """`value` with every reference replaced by its path and every `versioned` unwrapped."""
+
+    def sub(v: Any) -> Any:
+        return instantiate(v, inputs, output_path)
+
+    if isinstance(value, VersionedValue):
+        return sub(value.value)
+    if isinstance(value, ExecutorStep | dg.AssetsDefinition):
+        value = InputName(value)
+    if isinstance(value, InputName):
+        if value.step is None:
+            return value.name
+        base = inputs[step_for(lower(value.step)).name]
+        return fs.join(base, value.name) if value.name else base
+    if isinstance(value, OutputName):
+        return fs.join(output_path, value.name) if value.name else output_path
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_copy(
+            update={n: sub(getattr(value, n)) for n in type(value).model_fields}
+        )
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: sub(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, Mapping):
+        return type(value)({k: sub(v) for k, v in value.items()})  # type: ignore[call-arg]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple
+        return type(value)(*(sub(v) for v in value))
+    if isinstance(value, list | tuple):
+        return type(value)(sub(v) for v in value)
+    return value
+
+
+def _requirements_of(group: str) -> list[str] | None:
+    """The requirement names of this package's extra `group`, None if it has no such extra."""
+    meta = importlib.metadata.metadata(PACKAGE)
+    if group not in (meta.get_all("Provides-Extra") or []):
+        return None
+    names = []
+    for req in importlib.metadata.requires(PACKAGE) or []:
+        spec, _, marker = req.partition(";")
+        if re.search(rf"""extra\s*==\s*["']{re.escape(group)}["']""", marker):
+            names.append(re.split(r"[\s\[<>=!~;(]", spec.strip(), maxsplit=1)[0])
+    return names
+
+
+def check_dependency_groups(name: str, groups: Any) -> None:
+    """Fail before `fn` runs when an extra the step names is unknown or not installed.
+
+    Marin installs a step's groups into its Ray worker; here steps run in this environment,
+    so a missing one is named with the command that installs it.
+    """
+    for group in groups or ():
+        required = _requirements_of(group)
+        if required is None:
+            known = importlib.metadata.metadata(PACKAGE).get_all("Provides-Extra") or []
+            raise dg.Failure(
+                f"step {name}: pip dependency group {group!r} is not an extra of {PACKAGE} "
+                f"(extras: {', '.join(known) or 'none'}); add it to [project.optional-dependencies] "
+                "in pyproject.toml or drop it from pip_dependency_groups"
+            )
+        missing = []
+        for requirement in required:
+            try:
+                importlib.metadata.version(requirement)
+            except importlib.metadata.PackageNotFoundError:
+                missing.append(requirement)
+        if missing:
+            raise dg.Failure(
+                f"step {name}: pip dependency group {group!r} needs {', '.join(missing)}, not "
+                f"installed here; run `pip install -e '.[{group}]'` and rerun"
+            )
+
+
+def _runner(step: ExecutorStep) -> Any:
+    def run(
+        version_config: Mapping[str, Any],
+        inputs: Mapping[str, str],
+        output_path: str,
+        context: StepContext,
+    ) -> dict[str, Any]:
+        check_dependency_groups(step.name, step.pip_dependency_groups)
+        config = instantiate(step.config, inputs, output_path)
+        fs.write_json(
+            fs.join(output_path, EXECUTOR_INFO),
+            {
+                "name": step.name,
+                "fn": _qualname(step.fn),
+                "version": context.version,
+                "versioned": version_config["config"],
+                "dependencies": dict(sorted(inputs.items())),
+                "config": _describe(config),
+                "description": step.description,
+                "pip_dependency_groups": list(step.pip_dependency_groups or []),
+            },
+        )
+        context.log.info(f"{step.name}: {_qualname(step.fn)}(config) -> {output_path}")
+        step.fn(config)
+        return {"fn": _qualname(step.fn), "dependencies": len(inputs)}
+
+    return run
+
+
+def _describe(value: Any) -> Any:
+    """The instantiated config as JSON, for `.executor_info`; unknown objects by their repr."""
+    try:
+        return canonical(value)
+    except TypeError:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: _describe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, Mapping):
+            return {str(k): _describe(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [_describe(v) for v in value]
+        return repr(value)

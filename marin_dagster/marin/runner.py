@@ -1,0 +1,137 @@
+"""Running steps from a script: `StepRunner().run([...])` and `executor_main(steps=[...])`.
+
+Both materialize the steps and everything upstream in this process against the persistent
+Dagster instance (DAGSTER_HOME, default ./.dagster), so the runs, their logs and the assets'
+history show in `dagster dev` afterwards. A step whose output already holds SUCCESS for its
+version is skipped, as in Marin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from assets.experiment import Experiment
+from marin_dagster.execution.asset import Step, upstream_closure
+from marin_dagster.execution.status import StepStatus, read_status
+from marin_dagster.marin.lower import lower
+
+
+def _experiment_name() -> str:
+    """The running script's file name, as Dagster names allow (letters, digits, '_')."""
+    main = sys.modules.get("__main__")
+    stem = os.path.splitext(os.path.basename(getattr(main, "__file__", "") or "steps"))[0]
+    return re.sub(r"\W", "_", stem) or "steps"
+
+
+class StepRunner:
+    """Marin's StepRunner: `run(steps)` materializes the steps and their dependencies."""
+
+    def __init__(self, prefix: str | None = None, name: str | None = None) -> None:
+        self.prefix = prefix
+        self.name = name
+
+    def plan(self, steps: Sequence[Any], run_only: Sequence[str] | None = None) -> list[Step]:
+        """The steps to materialize, upstream first: `steps` (or those of them and of their
+        dependencies whose names match a `run_only` regex) and all they depend on."""
+        leaves = [lower(s) for s in steps]
+        if run_only:
+            patterns = [re.compile(p) for p in run_only]
+            matched = [
+                s.asset for s in upstream_closure(leaves) if any(p.search(s.name) for p in patterns)
+            ]
+            if not matched:
+                raise ValueError(f"run_only {list(run_only)} matches no step")
+            leaves = matched
+        return upstream_closure(leaves)
+
+    def run(
+        self,
+        steps: Sequence[Any],
+        *,
+        dry_run: bool = False,
+        run_only: Sequence[str] | None = None,
+        force_run_failed: bool = True,
+        force: bool = False,
+        max_concurrent: int | None = None,
+        instance: dg.DagsterInstance | None = None,
+    ) -> dg.ExecuteInProcessResult | None:
+        """Materialize `steps` and their dependencies; with `dry_run`, print what would run.
+
+        Steps run one at a time in this process (`max_concurrent` is accepted for Marin's
+        scripts); to run independent steps side by side, launch the file's job with
+        `dagster job execute -f <file>` (the Iris executor runs them in parallel).
+        `force_run_failed=False` refuses to rerun a step whose last attempt FAILED.
+        """
+        from resources import local_resources
+
+        resources = local_resources(self.prefix)  # None: MARIN_PREFIX, else ./data
+        plan = self.plan(steps, run_only)
+        storage = resources["storage"]
+        states = {s.name: read_status(storage.output_path(s.name, s.version)) for s in plan}
+        if dry_run:
+            for s in plan:
+                record = states[s.name]
+                state = record.status.value if record else "missing"
+                action = "skip" if record and record.status == StepStatus.SUCCESS else "run"
+                print(
+                    f"{action:4} {s.name}-{s.version} ({s.kind}, {state}) -> "
+                    f"{storage.output_path(s.name, s.version)}"
+                )
+            return None
+        failed = [
+            s.name for s in plan if states[s.name] and states[s.name].status == StepStatus.FAILED
+        ]
+        if failed and not force_run_failed:
+            raise RuntimeError(
+                f"steps {failed} FAILED before; rerun with force_run_failed=True "
+                "(--force_run_failed true) to try them again"
+            )
+        experiment = Experiment(self.name or _experiment_name(), leaves=[s.asset for s in plan])
+        return experiment.materialize(force=force, resources=resources, instance=instance)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def executor_main(
+    config: Any = None,
+    steps: Sequence[Any] = (),
+    description: str | None = None,
+    argv: Sequence[str] | None = None,
+) -> dg.ExecuteInProcessResult | None:
+    """An experiment script's entry point, Marin's flags included:
+
+    --prefix PATH          where outputs go (default MARIN_PREFIX or ./data)
+    --dry_run true         print each step, its version, path and whether it would run
+    --run_only REGEX ...   only the steps matching (and what they depend on)
+    --force_run_failed B   rerun steps that FAILED (default true)
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--prefix", default=None)
+    parser.add_argument("--dry_run", "--dry-run", type=_bool, nargs="?", const=True, default=False)
+    parser.add_argument("--run_only", "--run-only", nargs="+", default=None)
+    parser.add_argument(
+        "--force_run_failed", "--force-run-failed", type=_bool, nargs="?", const=True, default=True
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    steps = list(getattr(config, "steps", None) or steps)
+    if not steps:
+        parser.error("executor_main: no steps given (executor_main(steps=[...]))")
+    return StepRunner(prefix=args.prefix).run(
+        steps,
+        dry_run=args.dry_run,
+        run_only=args.run_only,
+        force_run_failed=args.force_run_failed,
+    )

@@ -1,0 +1,368 @@
+"""Marin's step API lowered to Dagster assets: versions, references, skip, scripts and locations."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import dagster as dg
+import pytest
+
+from marin_dagster.execution.asset import step_for
+from marin_dagster.marin import (
+    ExecutorStep,
+    InputName,
+    StepRunner,
+    instantiate,
+    lower,
+    output_path_of,
+    this_output_path,
+    versioned,
+)
+from tests.conftest import REPO, subprocess_env
+
+DAGSTER = os.path.join(os.path.dirname(sys.executable), "dagster")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    output: str
+    n: int
+    workers: int = 1
+    inputs: tuple = ()
+
+
+def noop(config: Cfg) -> None:
+    pass
+
+
+def _version(step: ExecutorStep) -> str:
+    return step_for(lower(step)).version
+
+
+def test_only_versioned_values_the_name_and_the_inputs_versions_enter_the_version():
+    a = ExecutorStep("t/a", noop, Cfg(this_output_path(), versioned(1), workers=2))
+    assert _version(a) == _version(
+        ExecutorStep("t/a", noop, Cfg(this_output_path(), versioned(1), workers=16))
+    )
+    assert _version(a) != _version(ExecutorStep("t/a", noop, Cfg(this_output_path(), versioned(2))))
+    assert _version(a) != _version(
+        ExecutorStep("t/a2", noop, Cfg(this_output_path(), versioned(1)))
+    )
+
+    def consumer(upstream: ExecutorStep, sub: str = "x.txt") -> ExecutorStep:
+        return ExecutorStep(
+            "t/b",
+            noop,
+            Cfg(this_output_path(), versioned(0), inputs=(output_path_of(upstream, sub),)),
+        )
+
+    b = consumer(a)
+    assert lower(b).asset_deps[lower(b).key] == {lower(a).key}  # the reference is lineage
+    a2 = ExecutorStep("t/a", noop, Cfg(this_output_path(), versioned(2)))
+    assert _version(consumer(a2)) != _version(b)  # an input's version flows downstream
+    assert _version(consumer(a, "y.txt")) != _version(b)  # so does the sub-path read
+    assert lower(b) is lower(b)  # one asset per step
+    assert lower(b).code_versions_by_key[lower(b).key] == _version(b)
+
+
+def test_instantiate_replaces_references_by_paths():
+    a = ExecutorStep("t/a", noop, Cfg(this_output_path(), versioned(1)))
+    cfg = Cfg(
+        this_output_path("out"),
+        versioned(3),
+        inputs=(output_path_of(a, "f.txt"), InputName.hardcoded("/fixed"), {"k": versioned([1])}),
+    )
+    got = instantiate(cfg, {"t/a": "/data/t/a-1234"}, "/data/t/b-5678")
+    assert got == Cfg(
+        "/data/t/b-5678/out", 3, inputs=("/data/t/a-1234/f.txt", "/fixed", {"k": [1]})
+    )
+
+
+def test_bad_steps_are_refused_where_they_are_defined():
+    with pytest.raises(ValueError, match="not allowed"):
+        ExecutorStep("../up", noop, Cfg(this_output_path(), 1))
+    with pytest.raises(TypeError, match="fn must be a function"):
+        ExecutorStep("t/x", "noop", Cfg(this_output_path(), 1))
+    with pytest.raises(ValueError, match="resources="):
+        ExecutorStep("t/x", noop, Cfg(this_output_path(), 1), resources="gpu:nonesuch")
+    with pytest.raises(TypeError, match="output_path_of takes an ExecutorStep"):
+        lower(ExecutorStep("t/x", noop, Cfg(this_output_path(), 1, inputs=(output_path_of(3),))))
+
+
+EXPERIMENT = """
+import dataclasses, json, os
+
+from marin_dagster.marin import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
+
+
+@dataclasses.dataclass(frozen=True)
+class MakeConfig:
+    output_path: str
+    lines: int
+    log_every: int = 10
+
+
+def make(config):
+    with open(os.environ["RUNS_LOG"], "a") as f:
+        f.write("make\\n")
+    os.makedirs(config.output_path, exist_ok=True)
+    with open(os.path.join(config.output_path, "data.txt"), "w") as f:
+        f.write("\\n".join(f"line {i}" for i in range(config.lines)))
+
+
+def count(config):
+    with open(os.environ["RUNS_LOG"], "a") as f:
+        f.write("count\\n")
+    with open(config["input"]) as f:
+        n = len(f.read().splitlines())
+    with open(os.path.join(config["output"], "count.json"), "w") as f:
+        json.dump({"lines": n}, f)
+
+
+made = ExecutorStep(
+    name="exp/made", fn=make, config=MakeConfig(this_output_path(), versioned(LINES))
+)
+counted = ExecutorStep(
+    name="exp/counted",
+    fn=count,
+    config={"input": output_path_of(made, "data.txt"), "output": this_output_path()},
+    description="Counts the lines that exp/made wrote.",
+)
+
+if __name__ == "__main__":
+    executor_main(steps=[counted])
+"""
+
+
+def _write_experiment(tmp_path, lines: int = 7) -> str:
+    path = tmp_path / "my_exp.py"
+    path.write_text(EXPERIMENT.replace("LINES", str(lines)))
+    return str(path)
+
+
+def _runs(log: str) -> list[str]:
+    return open(log).read().split() if os.path.exists(log) else []
+
+
+def _outputs(prefix: str, name: str) -> list[str]:
+    folder, stem = os.path.split(os.path.join(prefix, name))
+    return sorted(os.path.join(folder, d) for d in os.listdir(folder) if d.startswith(stem + "-"))
+
+
+def _instance(home: str) -> dg.DagsterInstance:
+    """The sqlite instance the subprocesses wrote, opened from its folder."""
+    from dagster._core.instance.ref import InstanceRef
+
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(home))
+
+
+def test_a_file_of_steps_is_a_script_and_a_code_location(tmp_path):
+    exp = _write_experiment(tmp_path)
+    prefix, log = str(tmp_path / "data"), str(tmp_path / "runs.log")
+    env = subprocess_env(DAGSTER_HOME=str(tmp_path / "home"), RUNS_LOG=log)
+
+    def script(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, exp, *args], env=env, cwd=REPO, capture_output=True, text=True
+        )
+
+    first = script("--prefix", prefix)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert _runs(log) == ["make", "count"]
+    (counted_dir,) = _outputs(prefix, "exp/counted")
+    assert json.load(open(os.path.join(counted_dir, "count.json"))) == {"lines": 7}
+    info = json.load(open(os.path.join(counted_dir, ".executor_info")))
+    (made_dir,) = _outputs(prefix, "exp/made")
+    assert info["name"] == "exp/counted" and info["fn"].endswith(".count")
+    assert info["config"]["input"] == os.path.join(made_dir, "data.txt")
+    assert info["dependencies"] == {"exp/made": made_dir}
+    assert made_dir.endswith(
+        "-" + json.load(open(os.path.join(made_dir, ".executor_info")))["version"]
+    )
+
+    # Second run: both outputs hold SUCCESS for their versions, so nothing runs.
+    again = script("--prefix", prefix)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _runs(log) == ["make", "count"]
+    plan = script("--prefix", prefix, "--dry_run", "true")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert [
+        line.split()[:2] for line in plan.stdout.splitlines() if line.startswith(("skip", "run"))
+    ] == [
+        ["skip", os.path.basename(made_dir).join(["exp/", ""])],
+        ["skip", os.path.basename(counted_dir).join(["exp/", ""])],
+    ]
+
+    # The same file as a code location: `dagster job execute -f`, a job named after the file,
+    # each step run by the project's executor in its own process. A new prefix: both run.
+    other = str(tmp_path / "other")
+    run = subprocess.run(
+        [DAGSTER, "job", "execute", "-f", exp, "-j", "my_exp_job"],
+        env={**env, "MARIN_PREFIX": other},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    assert _runs(log) == ["make", "count", "make", "count"]
+    (counted_other,) = _outputs(other, "exp/counted")
+    assert os.path.basename(counted_other) == os.path.basename(counted_dir)  # same version
+    with _instance(env["DAGSTER_HOME"]) as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey(["exp", "counted"]))
+        md = event.asset_materialization.metadata
+        assert md["skipped"].value is False and md["fn"].value.endswith(".count")
+        assert event.asset_materialization.tags["dagster/code_version"] == info["version"]
+
+    # A changed versioned value reruns the step and everything below it.
+    exp = _write_experiment(tmp_path, lines=9)
+    changed = script("--prefix", prefix)
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert _runs(log)[4:] == ["make", "count"]
+    assert len(_outputs(prefix, "exp/counted")) == 2
+
+
+def test_step_runner_reports_a_step_that_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+
+    def broken(config: Cfg) -> None:
+        raise RuntimeError("the step's own error")
+
+    step = ExecutorStep("t/broken", broken, Cfg(this_output_path(), versioned(1)))
+    with pytest.raises(Exception, match="the step's own error"):
+        StepRunner(prefix=str(tmp_path / "data")).run([step])
+    with pytest.raises(RuntimeError, match="FAILED before"):
+        StepRunner(prefix=str(tmp_path / "data")).run([step], force_run_failed=False)
+
+
+SEED = """
+from assets import tokenized, train_lm
+from marin_dagster.levanter import AdamConfig, Qwen3Config
+from marin_dagster.marin import ResourceConfig, StepRunner, lower
+
+ARTIFACT_VERSION = "v1"
+
+# 1. Tokenize a small sample of enhancer sequences.
+enhancers_tokenized = tokenized(
+    name="tokenized/zoonomia-ccre-non-promoter-tutorial",
+    source="marin-dna/zoonomia-v1-v3_ccre_non_promoter-tutorial",
+    tokenizer="marin-dna/tokenizer-char-bos",
+    text_key="sequence",
+    sample_count=64,
+    version=ARTIFACT_VERSION,
+)
+
+# 2. Define a tiny Qwen3 decoder.
+tiny_qwen3 = Qwen3Config(
+    max_seq_len=256,  # 255 DNA bases plus the BOS token
+    hidden_dim=32,
+    intermediate_dim=128,
+    num_heads=4,
+    num_kv_heads=2,
+    num_layers=2,
+)
+
+# 3. Train for a few steps on CPU.
+tiny_enhancer_model = train_lm(
+    name="checkpoints/tiny-dna-qwen3-cpu",
+    version=ARTIFACT_VERSION,
+    model=tiny_qwen3,
+    optimizer=AdamConfig(learning_rate=6e-4, weight_decay=0.1),
+    datasets={enhancers_tokenized: 1.0},
+    batch_size=4,
+    seq_len=tiny_qwen3.max_seq_len,
+    num_train_steps=10,
+    z_loss_weight=None,
+    evals=None,
+    resources=ResourceConfig.with_cpu(),
+)
+
+if __name__ == "__main__":
+    StepRunner().run([lower(tiny_enhancer_model)])
+"""
+
+
+def _char_tokenizer() -> bytes:
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {t: i for i, t in enumerate(["<bos>", "<eos>", "<unk>", "A", "C", "G", "T", "N"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", 0)]
+    )
+    return tok.to_str().encode()
+
+
+def _sequences(n: int) -> bytes:
+    import random
+
+    rng = random.Random(0)
+    return b"".join(
+        (
+            json.dumps({"sequence": "".join(rng.choice("ACGT") for _ in range(255)), "id": i})
+            + "\n"
+        ).encode()
+        for i in range(n)
+    )
+
+
+def test_the_seed_example_runs_as_written_as_a_script_and_a_job(tmp_path):
+    """The seed's tokenized + train_lm example, imports aside; TinyStories-like data and the
+    tokenizer come from the stand-in hub (HF_ENDPOINT), not the internet."""
+    from tests.hub import stand_in_hub
+
+    seed = tmp_path / "tiny_dna.py"
+    seed.write_text(textwrap.dedent(SEED))
+    datasets = {
+        "marin-dna/zoonomia-v1-v3_ccre_non_promoter-tutorial": {"data/train.jsonl": _sequences(200)}
+    }
+    models = {"marin-dna/tokenizer-char-bos": {"tokenizer.json": _char_tokenizer()}}
+    with stand_in_hub(datasets=datasets, models=models) as hub:
+        env = subprocess_env(
+            DAGSTER_HOME=str(tmp_path / "home"), MARIN_PREFIX=str(tmp_path / "data")
+        )
+
+        def script() -> subprocess.CompletedProcess:
+            return subprocess.run(
+                [sys.executable, str(seed)], env=env, cwd=REPO, capture_output=True, text=True
+            )
+
+        first = script()
+        assert first.returncode == 0, first.stderr[-4000:]
+        home = env["DAGSTER_HOME"]
+        with _instance(home) as instance:
+            key = dg.AssetKey(["checkpoints", "tiny-dna-qwen3-cpu_checkpoint"])
+            md = instance.get_latest_materialization_event(key).asset_materialization.metadata
+            assert md["steps"].value == 10 and md["skipped"].value is False
+            tokens = dg.AssetKey(["tokenized", "zoonomia-ccre-non-promoter-tutorial_tokens"])
+            tmd = instance.get_latest_materialization_event(tokens).asset_materialization.metadata
+            assert tmd["documents"].value == 64  # sample_count
+            # The bases and an EOS each (the tokenize step encodes without the tokenizer's BOS)
+            assert tmd["tokens"].value == 64 * (255 + 1)
+        downloads = len(hub.requests)
+
+        # Second run: everything skips (and the hub is asked only for the revision).
+        second = script()
+        assert second.returncode == 0, second.stderr[-4000:]
+        # The same file through the CLI: loads as a code location, skips too.
+        run = subprocess.run(
+            [DAGSTER, "job", "execute", "-f", str(seed), "-j", "tiny_dna_job"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+        with _instance(home) as instance:
+            events = instance.fetch_materializations(key, limit=10).records
+            assert [e.asset_materialization.metadata["skipped"].value for e in events] == [
+                True,
+                True,
+                False,
+            ]
+        assert not [r for r in hub.requests[downloads:] if "/resolve/" in str(r)]
