@@ -126,6 +126,13 @@ def watched_folder_sensor(
             f"{path}: {snap.files} files, hash {h}, {snap.hashed} hashed, "
             f"{snap.statted} statted ({'full scan' if snap.full_scan else 'watchdog'})"
         )
+        if snap.files == 0:
+            # Nothing to build from; an empty inbox (new, or emptied) is not a change to run.
+            cursor.pending = None
+            return dg.SensorResult(
+                skip_reason=f"no files under {path} yet: drop files there to start a run",
+                cursor=cursor.dump(),
+            )
         if h == cursor.requested:
             cursor.pending = None
             return dg.SensorResult(

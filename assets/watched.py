@@ -97,6 +97,8 @@ class FolderCorpusConfig(StepConfig):
     pattern: str = "*"
     """fnmatch pattern on the path relative to the folder; dotfiles are always left out."""
     num_shards: int = pydantic.Field(1, ge=1)
+    text_key: str = "text"
+    """The text field of the records of `.jsonl` files (other files are one document each)."""
 
 
 def _folder_files(config: FolderCorpusConfig) -> list[str]:
@@ -114,6 +116,31 @@ def _folder_files(config: FolderCorpusConfig) -> list[str]:
             ):
                 out.append(rel)
     return sorted(out)
+
+
+def _jsonl_documents(
+    path: str, rel: str, text: str, config: FolderCorpusConfig
+) -> list[dict[str, Any]]:
+    """A JSONL file's records as documents (`{rel}:{line}` ids), naming the line of a bad one."""
+    docs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            raise ValueError(
+                f"{path}:{number}: not a JSON record ({e}); fix or remove the line"
+            ) from None
+        value = record.get(config.text_key) if isinstance(record, dict) else None
+        if not isinstance(value, str):
+            raise ValueError(
+                f"{path}:{number}: no string field {config.text_key!r} (fields: "
+                f"{sorted(record) if isinstance(record, dict) else type(record).__name__}); "
+                "set text_key= on folder_corpus to the field holding the text"
+            )
+        docs.append({"id": f"{rel}:{number}", "text": value, "source": config.folder})
+    return docs
 
 
 def _run_folder_corpus(
@@ -144,7 +171,10 @@ def _run_folder_corpus(
                 "files: convert it or narrow `pattern`"
             ) from e
         digests[rel] = file_digest(path)
-        docs.append({"id": rel, "text": text, "source": config.folder})
+        if rel.endswith(".jsonl"):
+            docs.extend(_jsonl_documents(path, rel, text, config))
+        else:
+            docs.append({"id": rel, "text": text, "source": config.folder})
     for index in range(config.num_shards):
         lines = "".join(
             json.dumps(d, ensure_ascii=False) + "\n" for d in docs[index :: config.num_shards]

@@ -366,3 +366,43 @@ def test_the_seed_example_runs_as_written_as_a_script_and_a_job(tmp_path):
                 False,
             ]
         assert not [r for r in hub.requests[downloads:] if "/resolve/" in str(r)]
+
+
+def test_the_shipped_marin_style_experiment_runs_as_a_script(tmp_path):
+    """assets/experiments/shakespeare_words.py: ExecutorSteps over a factory's asset (the
+    default experiment's dedup), as executor_main runs them."""
+    env = subprocess_env(DAGSTER_HOME=str(tmp_path / "home"))
+    exp = os.path.join(REPO, "assets", "experiments", "shakespeare_words.py")
+    prefix = str(tmp_path / "data")
+    run = subprocess.run(
+        [sys.executable, exp, "--prefix", prefix], env=env, cwd=REPO, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    (summary,) = _outputs(prefix, "analysis/shakespeare-summary")
+    rows = [
+        line.split("\t") for line in open(os.path.join(summary, "summary.tsv")).read().splitlines()
+    ]
+    assert len(rows) == 20 and rows[0][0] == "the"  # min_length=3 keeps "the", drops "i", "a"
+    counts = [int(n) for _, n in rows]
+    assert counts == sorted(counts, reverse=True) and counts[0] > 10_000
+    (words,) = _outputs(prefix, "analysis/shakespeare-words")
+    info = json.load(open(os.path.join(words, ".executor_info")))
+    assert info["versioned"] == {
+        "input_path": "DEP[dedup/shakespeare]",
+        "top_k": 200,
+        "min_length": 3,
+    }
+    assert info["config"]["input_path"].startswith(os.path.join(prefix, "dedup", "shakespeare-"))
+    plan = subprocess.run(
+        [sys.executable, exp, "--prefix", prefix, "--dry_run"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert plan.returncode == 0, plan.stderr[-4000:]
+    assert [
+        line.split()[0]
+        for line in plan.stdout.splitlines()
+        if line.split()[:1] in (["skip"], ["run"])
+    ] == ["skip"] * 4

@@ -247,3 +247,16 @@ def test_a_change_during_a_running_run_gives_a_later_run(tmp_path, instance):
     later = ticker.tick()
     assert len(later.run_requests) == 1
     assert later.run_requests[0].tags[CONTENT_TAG] != first.tags[CONTENT_TAG]
+
+
+def test_an_empty_folder_gives_no_run_until_files_arrive(tmp_path, instance):
+    folder = str(tmp_path / "inbox")
+    os.makedirs(folder)
+    *_, sensor, defs = build(folder, str(tmp_path / "data"), watch=False)
+    ticker = Ticker(sensor, defs, instance)
+    for _ in range(2):
+        result = ticker.settle()
+        assert not result.run_requests and "no files" in reason(result)
+    write(os.path.join(folder, "a.jsonl"), '{"text": "to be"}\n')
+    assert "waiting" in reason(ticker.tick())
+    assert len(ticker.settle().run_requests) == 1
