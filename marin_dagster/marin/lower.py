@@ -142,7 +142,11 @@ def instantiate(value: Any, inputs: Mapping[str, str], output_path: str) -> Any:
         changes = {f.name: sub(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
         return dataclasses.replace(value, **changes)
     if isinstance(value, Mapping):
-        return type(value)({k: sub(v) for k, v in value.items()})  # type: ignore[call-arg]
+        items = {k: sub(v) for k, v in value.items()}
+        try:
+            return type(value)(items)  # type: ignore[call-arg]
+        except TypeError:  # a mapping type that is not built from a dict (defaultdict, ...)
+            return items
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple
         return type(value)(*(sub(v) for v in value))
     if isinstance(value, list | tuple):
