@@ -159,6 +159,8 @@ class TokenizedConfig(StepConfig):
     text_key: str = "text"
     id_key: str | None = "id"
     append_eos: bool = True
+    add_special_tokens: bool = True
+    """Encode with the tokenizer's template (e.g. its BOS), as Levanter does."""
     skip_bad_records: bool = False
 
 
@@ -186,6 +188,7 @@ def _run_tokenized(
             text_key=config.text_key,
             id_key=config.id_key,
             append_eos=config.append_eos,
+            add_special_tokens=config.add_special_tokens,
             sample_count=config.sample_count,
             validation_fraction=0.0 if "validation" in inputs else config.validation_fraction,
             validation_files=dataset_files(inputs["validation"])

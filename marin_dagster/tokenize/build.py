@@ -76,6 +76,8 @@ class TokenizeOptions:
     text_key: str = "text"
     id_key: str | None = "id"
     append_eos: bool = True
+    # The tokenizer's own special tokens (a BOS its post-processor adds), as Levanter encodes.
+    add_special_tokens: bool = True
     validation_fraction: float = 0.0
     skip_bad_records: bool = False
 
@@ -215,7 +217,9 @@ def tokenize_documents(job: ShardJob, tokenizer: Tokenizer | None = None) -> Ite
         fraction = options.validation_fraction
         docs = (d for d in docs if held_out(d.doc_id, fraction) == keep_held_out)
     for batch in _batches(docs):
-        encodings = tokenizer.encode_batch_fast([d.text for d in batch], add_special_tokens=False)
+        encodings = tokenizer.encode_batch_fast(
+            [d.text for d in batch], add_special_tokens=options.add_special_tokens
+        )
         for doc, enc in zip(batch, encodings, strict=True):
             ids = np.asarray(enc.ids, dtype=np.int64)
             if eos is not None:
@@ -318,6 +322,7 @@ def build_token_cache(
     text_key: str = "text",
     id_key: str | None = "id",
     append_eos: bool = True,
+    add_special_tokens: bool = True,
     eos_token: str | None = None,
     sample_count: int | None = None,
     validation_fraction: float = 0.0,
@@ -346,6 +351,7 @@ def build_token_cache(
         text_key=text_key,
         id_key=id_key,
         append_eos=append_eos,
+        add_special_tokens=add_special_tokens,
         validation_fraction=validation_fraction,
         skip_bad_records=skip_bad_records,
     )
@@ -373,7 +379,12 @@ def build_token_cache(
         else:
             tasks.append(ShardTask(f, i, TRAIN, lim, ALL))
     tasks += [ShardTask(f, i, VALIDATION) for i, f in enumerate(val_files)]
-    eos_for_jobs = eos_id if append_eos else None
+    # Levanter's enforce_eos: one EOS per document, so none appended where the tokenizer's
+    # template already ends each encoding with it (probed once, as Levanter does).
+    template_eos = (
+        add_special_tokens and eos_id is not None and tok.encode("a").ids[-1:] == [eos_id]
+    )
+    eos_for_jobs = eos_id if append_eos and not template_eos else None
     threads = None
     if backend == "local":
         cores = os.cpu_count() or 1

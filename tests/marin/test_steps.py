@@ -342,8 +342,7 @@ def test_the_seed_example_runs_as_written_as_a_script_and_a_job(tmp_path):
             tokens = dg.AssetKey(["tokenized", "zoonomia-ccre-non-promoter-tutorial_tokens"])
             tmd = instance.get_latest_materialization_event(tokens).asset_materialization.metadata
             assert tmd["documents"].value == 64  # sample_count
-            # The bases and an EOS each (the tokenize step encodes without the tokenizer's BOS)
-            assert tmd["tokens"].value == 64 * (255 + 1)
+            assert tmd["tokens"].value == 64 * (1 + 255 + 1)  # the template's BOS, bases, EOS
         downloads = len(hub.requests)
 
         # Second run: everything skips (and the hub is asked only for the revision).

@@ -306,3 +306,25 @@ def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards
         f"{gcs_prefix}/raw/*.jsonl.gz", f"{gcs_prefix}/tok", out, validation_fraction=0.2
     )
     assert again.shards_processed == 0
+
+
+@pytest.mark.parametrize("template", ["bos", "bos_eos"])
+def test_the_tokenizers_template_is_kept_with_one_eos_per_document(tmp_path, template):
+    """As Levanter encodes: the template's BOS starts each document, and the EOS is appended
+    only when the template does not end with it already."""
+    from tokenizers import processors
+
+    tok = _word_level(10)
+    single = "w8 $A w9" if template == "bos_eos" else "w8 $A"
+    tok.post_processor = processors.TemplateProcessing(
+        single=single, special_tokens=[("w8", 8), ("w9", 9)]
+    )
+    path = write_jsonl_gz(str(tmp_path / "a.jsonl.gz"), [{"text": "w1 w2"}, {"text": "w3"}])
+    build_token_cache([path], tok, str(tmp_path / "c"), eos_token="w9")
+    cache = TokenCache.open(str(tmp_path / "c"))
+    assert [cache[i].tolist() for i in range(len(cache))] == [[8, 1, 2, 9], [8, 3, 9]]
+    build_token_cache(
+        [path], tok, str(tmp_path / "plain"), eos_token="w9", add_special_tokens=False
+    )
+    plain = TokenCache.open(str(tmp_path / "plain"))
+    assert [plain[i].tolist() for i in range(len(plain))] == [[1, 2, 9], [3, 9]]
