@@ -145,9 +145,7 @@ def _materialize_from_graph(
     # The graph shortens a long label in the middle ("nano-s…_checkpoint"), keeping its start
     # and the kind at its end.
     for label in LABELS:
-        stem, kind = label.rsplit("_", 1)
-        shown = re.compile(rf"^{re.escape(stem[:5])}[^\s]*_{kind}$")
-        page.get_by_text(shown).first.wait_for()
+        page.get_by_text(_shown(label)).first.wait_for()
     for plain in ("shakespeare", "nano-shakespeare", "small-shakespeare"):
         assert page.get_by_text(plain, exact=True).count() == 0, f"a node reads just {plain!r}"
     _zoom_in(page)
@@ -179,11 +177,17 @@ def _materialize_from_graph(
         event = instance.get_latest_materialization_event(dg.AssetKey(CORPUS_KEY))
         documents = event.asset_materialization.metadata["documents"].value
     page.reload()
-    page.get_by_text("small-shakespeare_checkpoint", exact=True).first.wait_for()
+    page.get_by_text(_shown("small-shakespeare_checkpoint")).first.wait_for()
     _zoom_in(page)
     page.get_by_text("Materialized").first.wait_for()
     shoot(page, shots, "03_graph_materialized")
     return documents
+
+
+def _shown(label: str) -> re.Pattern[str]:
+    """A graph node's label as the graph may shorten it: its start, "…", its kind."""
+    stem, kind = label.rsplit("_", 1)
+    return re.compile(rf"^{re.escape(stem[:5])}[^\s]*_{kind}$")
 
 
 def _zoom_in(page: Page, clicks: int = 3) -> None:
