@@ -171,9 +171,7 @@ def bench_signatures(path: str, n: int, rounds: int) -> None:
         def ours(config: ShingleConfig = config) -> None:
             texts = [r["text"] for r in iter_jsonl(path)]
             for start in range(0, len(texts), BATCH_DOCS):  # the pipeline's batch size
-                hasher.signatures(
-                    batch_shingle_hashes(texts[start : start + BATCH_DOCS], config, device=True)
-                )
+                hasher.signatures(batch_shingle_hashes(texts[start : start + BATCH_DOCS], config))
 
         def theirs(kind: str = kind) -> None:
             sets = [_datasketch_shingles(r["text"], kind) for r in iter_jsonl(path)]
@@ -199,7 +197,7 @@ def bench_signatures(path: str, n: int, rounds: int) -> None:
 def profile_signatures(path: str, kind: str) -> None:
     """Where one worker's time goes in the signature stage, stage by stage, on one file."""
     from marin_dagster.dupekit.lsh import band_hashes
-    from marin_dagster.dupekit.shingles import codepoint_shingle_hashes
+    from marin_dagster.dupekit.shingles import cache_sized_chunks, codepoint_shingle_hashes
     from marin_dagster.dupekit.text import batch_codepoints_for_shingles
     from marin_dagster.zephyr.readers import iter_jsonl
     from marin_dagster.zephyr.writers import write_jsonl
@@ -211,22 +209,23 @@ def profile_signatures(path: str, kind: str) -> None:
     records = list(iter_jsonl(path))
     t["read (gunzip + JSON)"] = time.perf_counter() - t0
     texts = [r["text"] for r in records]
-    hasher.signatures(batch_shingle_hashes(texts[:BATCH_DOCS], config, device=True))  # compile
+    hasher.signatures(batch_shingle_hashes(texts[:BATCH_DOCS], config))  # compile
     for name in ("normalize", "shingle + hash", "MinHash kernel", "band keys"):
         t[name] = 0.0
     for start in range(0, len(texts), BATCH_DOCS):
-        batch = texts[start : start + BATCH_DOCS]
-        t0 = time.perf_counter()
-        cps, offsets = batch_codepoints_for_shingles(batch)
-        t1 = time.perf_counter()
-        hashes = codepoint_shingle_hashes(cps, offsets, config, device=True)
+        hashes = []
+        for chunk in cache_sized_chunks(texts[start : start + BATCH_DOCS]):  # as the pipeline
+            t0 = time.perf_counter()
+            cps, starts, ends = batch_codepoints_for_shingles(chunk)
+            t1 = time.perf_counter()
+            hashes += codepoint_shingle_hashes(cps, starts, ends, config)
+            t["normalize"] += t1 - t0
+            t["shingle + hash"] += time.perf_counter() - t1
         t2 = time.perf_counter()
         sigs = hasher.signatures(hashes)
         t3 = time.perf_counter()
         band_hashes(sigs, DedupConfig(mode="fuzzy").lsh_params())
         t4 = time.perf_counter()
-        t["normalize"] += t1 - t0
-        t["shingle + hash"] += t2 - t1
         t["MinHash kernel"] += t3 - t2
         t["band keys"] += t4 - t3
     with tempfile.TemporaryDirectory() as tmp:

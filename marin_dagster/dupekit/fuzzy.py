@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from marin_dagster import fs
 from marin_dagster.dupekit.exact import UNENCODABLE_COUNTER
+from marin_dagster.dupekit.hashing import SHINGLE_HASH
 from marin_dagster.dupekit.lsh import LSHParams, band_hashes
 from marin_dagster.dupekit.minhash import MinHasher
 from marin_dagster.dupekit.records import SourceDoc, SourceFile, iter_docs, key_position
@@ -65,7 +66,7 @@ class FuzzySettings:
             "ngram": self.shingles.n,
             "bands": self.lsh.bands,
             "rows": self.lsh.rows,
-            "shingle_hash": "murmur3_32(utf-32-le)",
+            "shingle_hash": SHINGLE_HASH,
             "scheme": "affine32",
         }
 
@@ -158,7 +159,7 @@ class BandRecords:
         unencodable = count_unencodable(texts)
         if unencodable:  # shingled with U+FFFD in their place (text.py)
             counters.increment(UNENCODABLE_COUNTER, unencodable)
-        all_hashes = batch_shingle_hashes(texts, self.settings.shingles, device=True)
+        all_hashes = batch_shingle_hashes(texts, self.settings.shingles)
         # Empty, or shorter than one shingle: no signature, never a duplicate.
         docs = [doc for (doc, _t), h in zip(batch, all_hashes, strict=True) if len(h)]
         hashes = [h for h in all_hashes if len(h)]
@@ -365,9 +366,7 @@ class ShingleSets:
             if doc.record_index >= last:
                 break
         for start in range(0, len(texts), BATCH_DOCS):
-            hashes = batch_shingle_hashes(
-                texts[start : start + BATCH_DOCS], self.shingles, device=True
-            )
+            hashes = batch_shingle_hashes(texts[start : start + BATCH_DOCS], self.shingles)
             for doc_pairs, doc_hashes in zip(
                 pairs[start : start + BATCH_DOCS], hashes, strict=True
             ):

@@ -10,15 +10,16 @@ for datasketch and for computing true Jaccard similarities in tests.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from marin_dagster.dupekit.hashing import murmur3_segments, murmur3_windows, shingle_hash
+from marin_dagster.dupekit.hashing import PrefixHashes, shingle_hash
 from marin_dagster.dupekit.text import (
+    SEPARATOR,
     batch_codepoints_for_shingles,
-    codepoints_for_shingles,
     normalize_for_shingles,
 )
 
@@ -50,72 +51,78 @@ def shingle_strings(text: str, config: ShingleConfig) -> list[str]:
 
 def shingle_hashes(text: str, config: ShingleConfig) -> np.ndarray:
     """`shingle_hash` of each shingle (uint32, repeats included)."""
-    cps = codepoints_for_shingles(text)
-    if config.kind == "char":
-        return murmur3_windows(cps, config.n)
-    if len(cps) == 0:
-        return np.zeros(0, dtype=np.uint32)
-    spaces = np.flatnonzero(cps == 32)
-    word_starts = np.concatenate([[0], spaces + 1])
-    word_ends = np.concatenate([spaces, [len(cps)]])
-    count = len(word_starts) - config.n + 1
-    if count <= 0:
-        return np.zeros(0, dtype=np.uint32)
-    # A word shingle is a contiguous run of the normalized text: from the
-    # start of its first word to the end of its last.
-    starts = word_starts[:count]
-    lengths = word_ends[config.n - 1 :] - starts
-    return murmur3_segments(cps, starts, lengths)
+    return batch_shingle_hashes([text], config)[0]
 
 
-def batch_shingle_hashes(
-    texts: list[str], config: ShingleConfig, device: bool = False
-) -> list[np.ndarray]:
-    """`shingle_hashes` of many texts, computed in one vectorized pass.
+# Texts are normalized and hashed a few hundred kilobytes at a time: the prefix sums
+# (8 bytes per code point) then stay in cache, which measured 1.5x faster than 2 MB.
+CHUNK_CHARS = 1 << 18
 
-    `device=True` hashes with JAX (`minhash.window_hashes`, `segment_hashes`: the same
-    values, 3-8x faster on a CPU than numpy); the default keeps JAX out of the process.
-    """
-    cps, offsets = batch_codepoints_for_shingles(texts)
-    return codepoint_shingle_hashes(cps, offsets, config, device)
+
+def batch_shingle_hashes(texts: list[str], config: ShingleConfig) -> list[np.ndarray]:
+    """`shingle_hashes` of many texts, computed in vectorized passes over chunks of them."""
+    return [h for chunk in cache_sized_chunks(texts) for h in _chunk_hashes(chunk, config)]
+
+
+def cache_sized_chunks(texts: list[str]) -> Iterator[list[str]]:
+    """Consecutive runs of `texts` of about `CHUNK_CHARS` characters (at least one text)."""
+    start, chars = 0, 0
+    for i, text in enumerate(texts):
+        chars += len(text)
+        if chars >= CHUNK_CHARS:
+            yield texts[start : i + 1]
+            start, chars = i + 1, 0
+    if start < len(texts):
+        yield texts[start:]
+
+
+def _chunk_hashes(texts: list[str], config: ShingleConfig) -> list[np.ndarray]:
+    # ASCII texts (most web text) and the others are normalized apart, so one curly
+    # quote does not send the whole chunk down the general path.
+    ascii_rows = [i for i, t in enumerate(texts) if t.isascii()]
+    if len(ascii_rows) in (0, len(texts)):
+        return codepoint_shingle_hashes(*batch_codepoints_for_shingles(texts), config)
+    other_rows = [i for i, t in enumerate(texts) if not t.isascii()]
+    out: list[np.ndarray] = [np.zeros(0, np.uint32)] * len(texts)
+    for rows in (ascii_rows, other_rows):
+        group = [texts[i] for i in rows]
+        hashes = codepoint_shingle_hashes(*batch_codepoints_for_shingles(group), config)
+        for i, h in zip(rows, hashes, strict=True):
+            out[i] = h
+    return out
 
 
 def codepoint_shingle_hashes(
-    cps: np.ndarray, offsets: np.ndarray, config: ShingleConfig, device: bool = False
+    cps: np.ndarray, starts: np.ndarray, ends: np.ndarray, config: ShingleConfig
 ) -> list[np.ndarray]:
-    """The shingle hashes of normalized texts given as `batch_codepoints_for_shingles` gives them."""
-    texts = len(offsets) - 1
+    """The shingle hashes of texts given as `batch_codepoints_for_shingles` gives them."""
     n = config.n
-    out: list[np.ndarray] = []
-    windows, segments = murmur3_windows, murmur3_segments
-    if device:
-        from marin_dagster.dupekit.minhash import segment_hashes, window_hashes
-
-        windows, segments = window_hashes, segment_hashes
+    prefix = PrefixHashes(cps)
     if config.kind == "char":
-        all_hashes = windows(cps, n)
-        for i in range(texts):
-            start, end = int(offsets[i]), int(offsets[i + 1])
-            out.append(all_hashes[start : max(start, end - n + 1)])
-        return out
-    # Words: boundaries are spaces and text ends; a shingle spans n words of one text.
-    is_space = cps == 32
-    boundary = np.zeros(len(cps) + 1, dtype=bool)
-    boundary[offsets] = True
-    starts = np.flatnonzero((~is_space) & (boundary[:-1] | np.concatenate([[True], is_space[:-1]])))
-    ends = np.flatnonzero((~is_space) & (boundary[1:] | np.concatenate([is_space[1:], [True]]))) + 1
-    word_doc = np.searchsorted(offsets, starts, side="right") - 1
-    count = len(starts) - n + 1
+        # Windows across two texts are computed too (cheaper than masking) and dropped.
+        windows = prefix.windows(n)
+        return [
+            windows[s : max(s, e - n + 1)]
+            for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
+        ]
+    # A word lies between two boundaries (a space, a separator, an end of the batch);
+    # a shingle is n consecutive words of one text, a contiguous run of the array.
+    bounds = np.flatnonzero((cps == 32) | (cps == SEPARATOR))
+    word_starts = np.concatenate([[0], bounds + 1])
+    word_ends = np.concatenate([bounds, [len(cps)]])
+    real = word_ends > word_starts  # an empty text leaves an empty word
+    word_starts, word_ends = word_starts[real], word_ends[real]
+    word_text = np.searchsorted(ends, word_starts, side="right")
+    count = len(word_starts) - n + 1
     if count > 0:
-        same = word_doc[:count] == word_doc[n - 1 :]
-        first = np.flatnonzero(same)
-        hashes = segments(cps, starts[first], ends[first + n - 1] - starts[first])
-        shingle_doc = word_doc[first]
+        first = np.flatnonzero(word_text[:count] == word_text[n - 1 :])
+        hashes = prefix.runs(word_starts, word_ends, n)[first]
+        shingle_text = word_text[first]
     else:
         hashes = np.zeros(0, np.uint32)
-        shingle_doc = np.zeros(0, np.int64)
-    bounds = np.searchsorted(shingle_doc, np.arange(texts + 1), side="left")
-    return [hashes[bounds[i] : bounds[i + 1]] for i in range(texts)]
+        shingle_text = np.zeros(0, np.int64)
+    cuts = np.searchsorted(shingle_text, np.arange(len(starts) + 1), side="left").tolist()
+    return [hashes[cuts[i] : cuts[i + 1]] for i in range(len(starts))]
 
 
 def shingle_hash_set(text: str, config: ShingleConfig) -> set[int]:

@@ -36,6 +36,10 @@ REPLACEMENT = "\ufffd"
 _NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]")
 _BMP = 0x10000
 _KEEP, _SPACE, _DROP, _SEP = 0, 1, 2, 3
+# Between the texts of a batch: a control character, which the shingle normalization
+# drops, so it never stands for a character of a text.
+SEPARATOR_CHAR = "\x80"
+SEPARATOR = ord(SEPARATOR_CHAR)
 
 
 def replace_unencodable(text: str) -> str:
@@ -133,25 +137,21 @@ def split_paragraphs(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def batch_codepoints_for_shingles(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """`codepoints_for_shingles` of many texts at once: `(code points, offsets)`.
+def batch_codepoints_for_shingles(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`codepoints_for_shingles` of many texts at once: `(code points, starts, ends)`.
 
-    Text i is `cps[offsets[i]:offsets[i + 1]]`. One pass of numpy over the
-    texts joined by a separator (short documents spend most of their time in
-    per-call overhead otherwise); the separators are found by position, not
-    by value, so any character may appear in a text.
+    Text i is `cps[starts[i]:ends[i]]`; consecutive texts are separated by one
+    `SEPARATOR`, a code point the normalization never keeps. One pass of numpy
+    over the joined texts (short documents spend most of their time in
+    per-call overhead otherwise). Any character may appear in a text: the
+    general path finds the separators by position, the ASCII one by a byte no
+    ASCII text holds. The array is uint8 when every text is ASCII, else uint32.
     """
     if not texts:
-        return np.zeros(0, np.uint32), np.zeros(1, np.int64)
-    joined = "\x00".join(texts)
+        return np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if all(t.isascii() for t in texts):  # O(1) each: most web text
+        return _ascii_codepoints(texts)
     table = _bmp_classes()
-    if joined.isascii():
-        # Most web text: lowercasing keeps every length, so the joined text is lowered
-        # once, and one byte per code point is a quarter of the memory traffic.
-        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-        cps = np.frombuffer(joined.lower().encode("ascii"), dtype=np.uint8)
-        classes = table[:128][cps]
-        return _collapse(cps, classes, lengths, len(texts))
     lowered = [t.lower() for t in texts]  # may change lengths (U+0130): text by text
     lengths = np.fromiter((len(t) for t in lowered), dtype=np.int64, count=len(lowered))
     cps = utf32_codepoints("\x00".join(lowered))
@@ -162,30 +162,49 @@ def batch_codepoints_for_shingles(texts: list[str]) -> tuple[np.ndarray, np.ndar
         bmp = cps < _BMP
         classes[bmp] = table[cps[bmp]]
         classes[~bmp] = [_classify(int(c)) for c in cps[~bmp]]
-    return _collapse(cps, classes, lengths, len(texts))
-
-
-def _collapse(
-    cps: np.ndarray, classes: np.ndarray, lengths: np.ndarray, count: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The shingle normalization of joined texts, from their code points and classes."""
     classes[np.cumsum(lengths[:-1] + 1) - 1] = _SEP
     kept = classes != _DROP
     cps, classes = cps[kept], classes[kept]
-    # A space survives only right after a word character of its text, and not
-    # right before the text's end: runs collapse to one, ends are stripped.
-    is_space = classes == _SPACE
+    cps[classes == _SEP] = SEPARATOR
+    cps[classes == _SPACE] = 32
+    return _collapse_spaces(cps)
+
+
+@functools.lru_cache(maxsize=1)
+def _ascii_translation() -> tuple[bytes, bytes]:
+    """`bytes.translate` arguments: lowercase, whitespace to a space, symbols deleted."""
+    classes = _bmp_classes()[:128]
+    table = bytearray(range(256))
+    for c in range(128):
+        if classes[c] == _SPACE:
+            table[c] = 32
+        elif classes[c] == _KEEP:
+            table[c] = ord(chr(c).lower())
+    return bytes(table), bytes(c for c in range(128) if classes[c] == _DROP)
+
+
+def _ascii_codepoints(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`batch_codepoints_for_shingles` of ASCII texts: lowering and symbol removal in C."""
+    table, delete = _ascii_translation()
+    data = SEPARATOR_CHAR.join(texts).encode("latin-1").translate(table, delete)
+    return _collapse_spaces(np.frombuffer(data, dtype=np.uint8))
+
+
+def _collapse_spaces(cps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Texts joined by `SEPARATOR`, holding word characters and spaces, with each run of
+    spaces collapsed to one and the spaces at a text's ends stripped."""
+    # A space survives only right after a word character, and not right before
+    # the end of its text.
+    is_space = cps == 32
     keep = ~is_space
-    keep[1:] = ~is_space[1:] | (classes[:-1] == _KEEP)
-    cps, classes, is_space = cps[keep], classes[keep], is_space[keep]
-    at_end = np.ones(len(cps), dtype=bool)
-    at_end[:-1] = classes[1:] == _SEP
-    keep = ~(is_space & at_end)
-    cps, classes, is_space = cps[keep], classes[keep], is_space[keep]
-    seps = np.flatnonzero(classes == _SEP)
-    offsets = np.empty(count + 1, dtype=np.int64)
-    offsets[0] = 0
-    offsets[1:-1] = seps - np.arange(len(seps))
-    offsets[-1] = len(cps) - len(seps)
-    out = np.where(is_space, cps.dtype.type(32), cps)[classes != _SEP]
-    return out.astype(np.uint32, copy=False), offsets
+    keep[1:] |= ~is_space[:-1] & (cps[:-1] != SEPARATOR)
+    cps = cps[keep]
+    keep = np.ones(len(cps), dtype=bool)
+    keep[:-1] = (cps[:-1] != 32) | (cps[1:] != SEPARATOR)
+    if len(cps):
+        keep[-1] = cps[-1] != 32
+    cps = cps[keep]
+    seps = np.flatnonzero(cps == SEPARATOR)
+    starts = np.concatenate([[0], seps + 1])
+    ends = np.concatenate([seps, [len(cps)]])
+    return cps, starts, ends

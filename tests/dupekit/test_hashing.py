@@ -9,13 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marin_dagster.dupekit.hashing import (
-    murmur3_32,
-    murmur3_segments,
-    murmur3_windows,
-    shingle_hash,
-    text_hash128,
-)
+from marin_dagster.dupekit.hashing import PrefixHashes, shingle_hash, text_hash128
 from marin_dagster.dupekit.shingles import (
     ShingleConfig,
     shingle_hash_set,
@@ -23,6 +17,7 @@ from marin_dagster.dupekit.shingles import (
     shingle_strings,
 )
 from marin_dagster.dupekit.text import (
+    SEPARATOR,
     batch_codepoints_for_shingles,
     codepoints_for_shingles,
     normalize_for_exact,
@@ -33,37 +28,56 @@ from marin_dagster.dupekit.text import (
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=80)
 
 
-def test_murmur3_published_vectors():
-    # SMHasher's MurmurHash3_x86_32 verification values.
-    assert murmur3_32(b"", 0) == 0
-    assert murmur3_32(b"", 1) == 0x514E28B7
-    assert murmur3_32(b"test", 0) == 0xBA6BD213
-    assert murmur3_32(b"Hello, world!", 0) == 0xC0363E43
-    assert murmur3_32(b"The quick brown fox jumps over the lazy dog", 0) == 0x2E4FF723
-    assert murmur3_32(b"abc", 0) == 0xB3DD93FA
-
-
-def test_shingle_hash_is_murmur3_of_utf32():
-    assert shingle_hash("test") == murmur3_32("test".encode("utf-32-le"))
+def test_shingle_hash_definition():
+    # The polynomial written out: (c + 1) * B^(L - q) summed modulo 2^64, top 32 bits.
+    b, m = 0x9E3779B97F4A7C15, 1 << 64
+    assert shingle_hash("") == 0
+    assert shingle_hash("a") == ((98 * b) % m) >> 32
+    assert shingle_hash("ab") == ((98 * b * b + 99 * b) % m) >> 32
     assert shingle_hash("ab") != shingle_hash("ba")
+    assert shingle_hash("\x00a") != shingle_hash("a")  # U+0000 still counts
+    # A change in the last code point reaches the top bits.
+    assert len({shingle_hash("abcd" + c) for c in "abcdefghij"}) == 10
+
+
+def test_shingle_hash_spreads_similar_shingles():
+    # Every word 5-gram of a vocabulary's small variations: no collisions among 40k
+    # distinct shingles (a 32-bit hash expects about 0.2).
+    words = [f"w{i}" for i in range(200)]
+    shingles = {" ".join(words[(i + k * 7) % 200] for k in range(5)) for i in range(200)}
+    shingles |= {f"{a} {b}" for a in words for b in words}
+    assert len({shingle_hash(s) for s in shingles}) == len(shingles)
 
 
 @settings(max_examples=25, deadline=None)
 @given(text=TEXT, n=st.integers(1, 7))
 def test_windows_equal_scalar_hash(text: str, n: int):
-    cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
     expected = [shingle_hash(text[i : i + n]) for i in range(len(text) - n + 1)]
-    assert murmur3_windows(cps, n).tolist() == expected
+    assert PrefixHashes(cps).windows(n).tolist() == expected
 
 
 @settings(max_examples=25, deadline=None)
 @given(text=st.text(min_size=1, max_size=60), data=st.data())
 def test_segments_equal_scalar_hash(text: str, data: st.DataObject):
-    cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
     starts = data.draw(st.lists(st.integers(0, len(text) - 1), min_size=1, max_size=10))
-    lengths = [data.draw(st.integers(0, len(text) - s)) for s in starts]
-    expected = [shingle_hash(text[s : s + n]) for s, n in zip(starts, lengths, strict=True)]
-    assert murmur3_segments(cps, np.array(starts), np.array(lengths)).tolist() == expected
+    ends = [data.draw(st.integers(s, len(text))) for s in starts]
+    expected = [shingle_hash(text[s:e]) for s, e in zip(starts, ends, strict=True)]
+    assert PrefixHashes(cps).segments(np.array(starts), np.array(ends)).tolist() == expected
+
+
+def test_segments_of_a_long_array_and_its_ends():
+    rng = np.random.default_rng(0)
+    cps = rng.integers(32, 0x3000, size=300_000).astype(np.uint32)
+    text = cps.astype("<u4").tobytes().decode("utf-32-le")
+    prefix = PrefixHashes(cps)
+    starts = np.array([0, 5, len(cps) - 7, 150_000, 299_999])
+    ends = np.array([40, 5, len(cps), 170_000, 300_000])
+    got = prefix.segments(starts, ends).tolist()
+    assert got == [shingle_hash(text[s:e]) for s, e in zip(starts, ends, strict=True)]
+    assert prefix.windows(5)[-1] == shingle_hash(text[-5:])
+    assert len(PrefixHashes(cps[:3]).windows(5)) == 0
 
 
 @settings(max_examples=25, deadline=None)
@@ -81,9 +95,25 @@ def test_numpy_normalization_equals_regex(text: str):
     )
 )
 def test_batch_normalization_equals_one_text_at_a_time(texts: list[str]):
-    cps, offsets = batch_codepoints_for_shingles(texts)
-    assert len(offsets) == len(texts) + 1
-    got = [cps[offsets[i] : offsets[i + 1]].tobytes() for i in range(len(texts))]
+    cps, starts, ends = batch_codepoints_for_shingles(texts)
+    assert len(starts) == len(ends) == len(texts)
+    got = [cps[s:e].astype(np.uint32).tobytes() for s, e in zip(starts, ends, strict=True)]
+    assert got == [codepoints_for_shingles(t).tobytes() for t in texts]
+    assert all(cps[e] == SEPARATOR for e in ends[:-1])
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    texts=st.lists(
+        st.text(alphabet=st.characters(max_codepoint=127), max_size=60)
+        | st.sampled_from(["", " ", "\t\x1c", "A-B", " x ", "it's  ok. "]),
+        max_size=8,
+    )
+)
+def test_ascii_batch_normalization_equals_one_text_at_a_time(texts: list[str]):
+    cps, starts, ends = batch_codepoints_for_shingles(texts)
+    assert cps.dtype == np.uint8 or not texts
+    got = [cps[s:e].astype(np.uint32).tobytes() for s, e in zip(starts, ends, strict=True)]
     assert got == [codepoints_for_shingles(t).tobytes() for t in texts]
 
 
