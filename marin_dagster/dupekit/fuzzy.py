@@ -34,8 +34,8 @@ from marin_dagster.dupekit.shingles import ShingleConfig, batch_shingle_hashes
 from marin_dagster.dupekit.text import count_unencodable, replace_unencodable
 from marin_dagster.zephyr import counters
 
-# Documents shingled and hashed together: large enough that the fixed-shape blocks of the
-# device hashing are mostly full (about 2 MB of text per batch).
+# Documents signed together: large enough that the MinHash kernel's fixed-shape blocks
+# are mostly full (about 2 MB of text per batch; shingles.py hashes it in chunks).
 BATCH_DOCS = 1024
 EMIT_DOCS = 4096
 _HASHERS: dict[tuple[int, int], MinHasher] = {}

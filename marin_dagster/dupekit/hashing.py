@@ -20,7 +20,7 @@ number of vectorized operations whatever its length. A word 5-gram is about
 times a char 5-gram and capped word signatures at half their present speed.
 It is stable across processes, Python versions and machines (unlike
 `hash()`). `shingle_hash` is the scalar definition and the `hashfunc` to give
-datasketch; `PrefixHashes` computes the same values for many segments at once.
+datasketch; `PrefixHashes` computes the same values for many shingles at once.
 
 Text hash (exact dedup): the 128-bit BLAKE2b digest of the normalized text's
 UTF-8 bytes, as 32 hex characters.
@@ -89,17 +89,10 @@ class PrefixHashes:
         np.add(weighted, down, out=weighted)  # the + 1 of each code point
         np.cumsum(weighted, out=weighted)
 
-    def segments(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """The hash of `codepoints[starts[i]:ends[i]]` for each i (uint32)."""
-        starts = np.asarray(starts, np.int64)
-        ends = np.asarray(ends, np.int64)
-        value = _POWERS.up[ends] * (self._sums[ends] - self._sums[starts])
-        return (value >> np.uint64(32)).astype(np.uint32)
-
     def runs(self, starts: np.ndarray, ends: np.ndarray, n: int) -> np.ndarray:
         """The hash of each run of `n` consecutive segments, from `starts[i]` to
-        `ends[i + n - 1]` (word shingles: the segments are words); `len(starts) - n + 1`
-        values. The gathers happen once per segment, not once per run."""
+        `ends[i + n - 1]` (word shingles: the segments are words; n = 1: each segment);
+        `len(starts) - n + 1` values. The gathers happen once per segment, not per run."""
         count = len(starts) - n + 1
         if count <= 0:
             return np.zeros(0, np.uint32)

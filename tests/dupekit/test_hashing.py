@@ -64,7 +64,7 @@ def test_segments_equal_scalar_hash(text: str, data: st.DataObject):
     starts = data.draw(st.lists(st.integers(0, len(text) - 1), min_size=1, max_size=10))
     ends = [data.draw(st.integers(s, len(text))) for s in starts]
     expected = [shingle_hash(text[s:e]) for s, e in zip(starts, ends, strict=True)]
-    assert PrefixHashes(cps).segments(np.array(starts), np.array(ends)).tolist() == expected
+    assert PrefixHashes(cps).runs(np.array(starts), np.array(ends), 1).tolist() == expected
 
 
 def test_segments_of_a_long_array_and_its_ends():
@@ -74,7 +74,7 @@ def test_segments_of_a_long_array_and_its_ends():
     prefix = PrefixHashes(cps)
     starts = np.array([0, 5, len(cps) - 7, 150_000, 299_999])
     ends = np.array([40, 5, len(cps), 170_000, 300_000])
-    got = prefix.segments(starts, ends).tolist()
+    got = prefix.runs(starts, ends, 1).tolist()
     assert got == [shingle_hash(text[s:e]) for s, e in zip(starts, ends, strict=True)]
     assert prefix.windows(5)[-1] == shingle_hash(text[-5:])
     assert len(PrefixHashes(cps[:3]).windows(5)) == 0
