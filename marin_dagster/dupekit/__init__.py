@@ -15,6 +15,7 @@ _EXPORTS = {
     "DedupResult": "pipeline",
     "deduplicate": "pipeline",
     "MinHasher": "minhash",
+    "PackedSigner": "packed",
     "ShingleConfig": "shingles",
     "shingle_hashes": "shingles",
     "shingle_strings": "shingles",

@@ -1,7 +1,7 @@
 """Fuzzy dedup stages: MinHash signatures, LSH band buckets, candidate links.
 
-Signature stage (per input file): documents in batches of `BATCH_DOCS`, their
-shingle hashes through the JAX kernel, the signatures saved to
+Signature stage (per input file): documents in batches of `BATCH_DOCS`, signed
+on the host or the device (signers.py), the signatures saved to
 `signatures/part-{file:05d}.parquet`, and their band bucket keys emitted by
 bucket partition. Bucket stage (Zephyr group_by on the partition): the
 entries of a partition sorted by bucket key, and the documents of each
@@ -17,7 +17,7 @@ reaches the threshold.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,9 +28,9 @@ from marin_dagster import fs
 from marin_dagster.dupekit.exact import UNENCODABLE_COUNTER
 from marin_dagster.dupekit.hashing import SHINGLE_HASH
 from marin_dagster.dupekit.lsh import LSHParams, band_hashes
-from marin_dagster.dupekit.minhash import MinHasher
 from marin_dagster.dupekit.records import SourceDoc, SourceFile, iter_docs, key_position
 from marin_dagster.dupekit.shingles import ShingleConfig, batch_shingle_hashes
+from marin_dagster.dupekit.signers import Signer, signer_for
 from marin_dagster.dupekit.text import count_unencodable, replace_unencodable
 from marin_dagster.zephyr import counters
 
@@ -38,15 +38,6 @@ from marin_dagster.zephyr import counters
 # are mostly full (about 2 MB of text per batch; shingles.py hashes it in chunks).
 BATCH_DOCS = 1024
 EMIT_DOCS = 4096
-_HASHERS: dict[tuple[int, int], MinHasher] = {}
-
-
-def hasher_for(num_perm: int, seed: int) -> MinHasher:
-    """One MinHasher per worker process, so jit compilations are reused across tasks."""
-    key = (num_perm, seed)
-    if key not in _HASHERS:
-        _HASHERS[key] = MinHasher(num_perm, seed)
-    return _HASHERS[key]
 
 
 @dataclass(frozen=True)
@@ -127,11 +118,15 @@ class BandRecords:
         sink = _SignatureSink(
             fs.join(self.signatures_dir, f"part-{source.index:05d}.parquet"), self.settings
         )
+        signer = signer_for(self.settings.shingles, self.settings.num_perm, self.settings.seed)
         ok = False
         try:
             pending: list[tuple[list[str], np.ndarray]] = []
             pending_docs = 0
             batch: list[tuple[SourceDoc, str]] = []
+            # One batch in flight: on a device, the next batch is read and normalized
+            # while the last one is signed.
+            inflight = None
             for doc in iter_docs(source, self.text_key, self.id_key):
                 text = doc.text
                 if len(text) > self.max_chars:
@@ -139,34 +134,42 @@ class BandRecords:
                     text = text[: self.max_chars]
                 batch.append((doc, text))
                 if len(batch) >= BATCH_DOCS:
-                    pending.append(self._signatures(batch, sink))
-                    pending_docs += len(batch)
-                    batch = []
+                    submitted = self._submit(signer, batch)
+                    if inflight is not None:
+                        pending.append(self._finish(*inflight, sink))
+                        pending_docs += len(inflight[0])
+                    inflight, batch = submitted, []
                 if pending_docs >= EMIT_DOCS:
                     yield from self._emit(pending)
                     pending, pending_docs = [], 0
+            if inflight is not None:
+                pending.append(self._finish(*inflight, sink))
             if batch:
-                pending.append(self._signatures(batch, sink))
+                pending.append(self._finish(*self._submit(signer, batch), sink))
             yield from self._emit(pending)
             ok = True
         finally:
             sink.close(ok)
 
-    def _signatures(
-        self, batch: list[tuple[SourceDoc, str]], sink: _SignatureSink
-    ) -> tuple[list[str], np.ndarray]:
+    @staticmethod
+    def _submit(signer: Signer, batch: list[tuple[SourceDoc, str]]) -> tuple:
         texts = [text for _doc, text in batch]
         unencodable = count_unencodable(texts)
         if unencodable:  # shingled with U+FFFD in their place (text.py)
             counters.increment(UNENCODABLE_COUNTER, unencodable)
-        all_hashes = batch_shingle_hashes(texts, self.settings.shingles)
+        return batch, signer.submit(texts)
+
+    def _finish(
+        self, batch: list[tuple[SourceDoc, str]], result: Callable, sink: _SignatureSink
+    ) -> tuple[list[str], np.ndarray]:
+        shingle_counts, all_sigs = result()
         # Empty, or shorter than one shingle: no signature, never a duplicate.
-        docs = [doc for (doc, _t), h in zip(batch, all_hashes, strict=True) if len(h)]
-        hashes = [h for h in all_hashes if len(h)]
+        has_shingles = shingle_counts > 0
+        docs = [doc for (doc, _t), keep in zip(batch, has_shingles.tolist(), strict=True) if keep]
         counters.increment("dedup/document/passed_through", len(batch) - len(docs))
         if not docs:
             return [], np.zeros((0, self.settings.num_perm), np.uint32)
-        sigs = hasher_for(self.settings.num_perm, self.settings.seed).signatures(hashes)
+        sigs = all_sigs[has_shingles]
         sink.write([doc.doc_id for doc in docs], sigs)
         counters.increment("dedup/fuzzy/signatures", len(docs))
         return [doc.key for doc in docs], sigs

@@ -64,12 +64,12 @@ def batch_shingle_hashes(texts: list[str], config: ShingleConfig) -> list[np.nda
     return [h for chunk in cache_sized_chunks(texts) for h in _chunk_hashes(chunk, config)]
 
 
-def cache_sized_chunks(texts: list[str]) -> Iterator[list[str]]:
-    """Consecutive runs of `texts` of about `CHUNK_CHARS` characters (at least one text)."""
+def cache_sized_chunks(texts: list[str], size: int = CHUNK_CHARS) -> Iterator[list[str]]:
+    """Consecutive runs of `texts` of about `size` characters (at least one text)."""
     start, chars = 0, 0
     for i, text in enumerate(texts):
         chars += len(text)
-        if chars >= CHUNK_CHARS:
+        if chars >= size:
             yield texts[start : i + 1]
             start, chars = i + 1, 0
     if start < len(texts):

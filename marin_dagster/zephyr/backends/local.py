@@ -54,6 +54,9 @@ def _worker_env(workers: int) -> dict[str, str]:
     # as many workers as cores, each worker's pool threads only contend with the others.
     # A share of the cores each, unless the user chose a size.
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+    # Workers share the machine's GPU (dupekit signs on it): JAX's default grabs 75% of
+    # its memory in the first process that touches it and leaves the others none.
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     return env
 
 

@@ -1,0 +1,123 @@
+"""The device path of signatures (packed.py) equals the host path and datasketch, bit for bit.
+
+It runs here with JAX on the CPU: the same program a GPU or TPU runs (JAX
+compiles it for whatever backend it has), so what is checked is the packing,
+the 64-bit shingle hashing and the kernel's arithmetic; speed on a GPU is
+measured by `benchmarks/dedup_device.py` where one is lent.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from datasketch import MinHash
+
+from marin_dagster.dupekit import DedupConfig, deduplicate, packed, read_signatures
+from marin_dagster.dupekit.hashing import shingle_hash
+from marin_dagster.dupekit.packed import PackedSigner, bucket_width
+from marin_dagster.dupekit.shingles import ShingleConfig, shingle_strings
+from marin_dagster.dupekit.signers import SIGNATURES_ENV, HostSigner, signature_path, signer_for
+from tests.dupekit.corpus import near_duplicate_docs, read_jsonl_gz, write_jsonl_gz
+
+
+def _texts() -> list[str]:
+    """Hostile texts: empty, shorter than a shingle, exactly one, non-ASCII, astral,
+    lone surrogates, the separator byte, very long words, and one long document."""
+    rng = random.Random(11)
+    words = ["the", "quick", "brown", "fox", "Straße", "İstanbul", "日本語", "😀x", "a\ud800b"]
+    texts = ["", " ", "a", "abcd", "abcde", "a b c d", "a b c d e", "\x80 a b c d e", "!!! ..."]
+    texts += ["x" * 500 + " tail", " ".join(["w" * 70] * 8), "\ud800" * 9]
+    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(0, 300))) for _ in range(30)]
+    texts += ["Plain ASCII prose, with punctuation! " * rng.randint(1, 60) for _ in range(30)]
+    texts.append("lorem ipsum dolor sit amet " * 2000)
+    rng.shuffle(texts)
+    return texts
+
+
+@pytest.mark.parametrize(
+    "config",
+    [ShingleConfig("char", 5), ShingleConfig("word", 5), ShingleConfig("word", 2)],
+    ids=lambda c: f"{c.kind}{c.n}",
+)
+def test_device_path_equals_host_path(config):
+    texts = _texts()
+    counts, sigs = PackedSigner(config, num_perm=64, seed=7).signatures(texts)
+    host_counts, host_sigs = HostSigner(config, num_perm=64, seed=7).signatures(texts)
+    assert counts.tolist() == host_counts.tolist()
+    assert counts.min() == 0 and counts.max() > 5000  # both cases are in the corpus
+    assert np.array_equal(sigs, host_sigs)
+    assert (sigs[counts == 0] == 0xFFFFFFFF).all()
+
+
+@pytest.mark.parametrize("kind", ["char", "word"])
+def test_device_path_equals_datasketch(kind):
+    config = ShingleConfig(kind, 5)
+    texts = [t for t in _texts() if shingle_strings(t, config)][:12]
+    _counts, sigs = PackedSigner(config, num_perm=128, seed=3).signatures(texts)
+    for text, sig in zip(texts, sigs, strict=True):
+        m = MinHash(num_perm=128, seed=3, hashfunc=shingle_hash)
+        for s in shingle_strings(text, config):
+            m.update(s)
+        assert sig.tolist() == m.hashvalues.tolist()
+
+
+def test_many_buffers_and_chunks_keep_the_documents_order(monkeypatch):
+    # Small buffers and chunks: each width fills several buffers, the texts span several
+    # chunks, and results come back to their rows.
+    monkeypatch.setattr(packed, "BUFFER_CHARS", 4096)
+    monkeypatch.setattr(packed, "CHUNK_CHARS", 20_000)
+    rng = random.Random(2)
+    texts = [f"doc {i} " + "word " * rng.randint(0, 150) for i in range(400)]
+    config = ShingleConfig("char", 5)
+    counts, sigs = PackedSigner(config, num_perm=32, seed=1).signatures(texts)
+    host_counts, host_sigs = HostSigner(config, num_perm=32, seed=1).signatures(texts)
+    assert counts.tolist() == host_counts.tolist()
+    assert np.array_equal(sigs, host_sigs)
+
+
+def test_bucket_widths_are_quarter_octaves():
+    assert [bucket_width(n, 64) for n in (0, 64, 65, 80, 81, 100, 2000, 2049)] == [
+        64, 64, 80, 80, 96, 112, 2048, 2560,
+    ]  # fmt: skip
+    for n in range(1, 5000, 7):
+        w = bucket_width(n, 1)
+        assert n <= w < n * 1.25 + 8
+
+
+def test_signature_path_choice(monkeypatch):
+    monkeypatch.delenv(SIGNATURES_ENV, raising=False)
+    assert signature_path() == "host"  # JAX's backend here is the CPU
+    monkeypatch.setenv(SIGNATURES_ENV, "device")
+    assert isinstance(signer_for(ShingleConfig(), 16, 1), PackedSigner)
+    monkeypatch.setenv(SIGNATURES_ENV, "gpu")
+    with pytest.raises(ValueError, match=f"{SIGNATURES_ENV}='gpu'.*auto, host, device"):
+        signature_path()
+
+
+def test_dedup_on_the_device_path_writes_what_the_host_path_writes(
+    shakespeare_docs, tmp_path, monkeypatch
+):
+    """The whole fuzzy pipeline, its workers signing on the device path: the same
+    signature files and the same clusters as on the host path."""
+    from marin_dagster.zephyr import ZephyrContext
+
+    docs = near_duplicate_docs(shakespeare_docs, originals=8)
+    docs += [{"id": "empty", "text": ""}, {"id": "tiny", "text": "ab"}]
+    files = [write_jsonl_gz(str(tmp_path / f"in/part-{i}.jsonl.gz"), docs[i::2]) for i in (0, 1)]
+    outcomes = {}
+    for path in ("host", "device"):
+        monkeypatch.setenv(SIGNATURES_ENV, path)  # the workers inherit it
+        with ZephyrContext(max_workers=2, backend="local") as ctx:
+            result = deduplicate(
+                files, str(tmp_path / path), DedupConfig(mode="fuzzy"), context=ctx
+            )
+        ids, sigs, _meta = read_signatures(str(tmp_path / path / "signatures/*.parquet"))
+        attrs = {r["id"]: r["cluster_id"] for p in result.attributes for r in read_jsonl_gz(p)}
+        outcomes[path] = (ids, sigs, attrs)
+    host, device = outcomes["host"], outcomes["device"]
+    assert device[0] == host[0] and "empty" not in device[0]
+    assert np.array_equal(device[1], host[1])
+    assert device[2] == host[2]
+    assert len(set(host[2].values())) < len(docs) - 8  # clusters were found
