@@ -9,6 +9,7 @@ from datasketch import MinHash, MinHashLSH
 from marin_dagster.dupekit.hashing import shingle_hash
 from marin_dagster.dupekit.minhash import (
     EMPTY_VALUE,
+    MAX_WIDTH,
     MIN_BUCKET,
     MinHasher,
     estimated_jaccard,
@@ -44,7 +45,9 @@ def test_permutations_equal_datasketch(num_perm: int, seed: int):
 def test_random_hash_sets_bit_identical(hasher: MinHasher):
     rng = np.random.default_rng(0)
     # Lengths on both sides of bucket boundaries, a long document, repeats.
-    lengths = [1, 2, MIN_BUCKET - 1, MIN_BUCKET, MIN_BUCKET + 1, 127, 128, 129, 1000, 5000, 40000]
+    lengths = [1, 2, MIN_BUCKET - 1, MIN_BUCKET, MIN_BUCKET + 1, 127, 128, 129, 1000, 5000]
+    # Longer than one row: signed in pieces; one piece plus one hash, and whole pieces.
+    lengths += [MAX_WIDTH, MAX_WIDTH + 1, 3 * MAX_WIDTH, 3 * MAX_WIDTH + 777]
     arrays = [rng.integers(0, 2**32, n, dtype=np.uint32) for n in lengths]
     arrays.append(np.array([0, 0xFFFFFFFF, 0, 7], dtype=np.uint32))
     arrays.append(np.repeat(rng.integers(0, 2**32, 10, dtype=np.uint32), 50))
