@@ -22,6 +22,7 @@ Needs only JAX and numpy (not Dagster), so it runs on a bare GPU machine:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import sys
@@ -79,25 +80,20 @@ def best_of(rounds: int, fns: dict) -> dict[str, float]:
 
 def device_only(signer: PackedSigner, texts: list[str]):
     """The buffers of `texts` on the device, and a call that runs the program over them."""
-    with jax.enable_x64(True):
-        buffers = list(signer.buffers(texts))
-        on_device = [
-            b.__class__(
-                b.rows,
-                jax.device_put(b.flat),
-                jax.device_put(b.offsets),
-                jax.device_put(b.lengths),
-                b.width,
-                b.words,
-            )  # fmt: skip
-            for b in buffers
-        ]
-        for b in on_device:  # compile every shape first
-            jax.block_until_ready(signer.run(b))
+    on_device = [
+        dataclasses.replace(
+            b,
+            flat=jax.device_put(b.flat),
+            offsets=jax.device_put(b.offsets),
+            lengths=jax.device_put(b.lengths),
+        )
+        for b in signer.buffers(texts)
+    ]
+    for b in on_device:  # compile every shape first
+        jax.block_until_ready(signer.run(b))
 
     def run() -> None:
-        with jax.enable_x64(True):
-            jax.block_until_ready([signer.run(b) for b in on_device])
+        jax.block_until_ready([signer.run(b) for b in on_device])
 
     return run
 

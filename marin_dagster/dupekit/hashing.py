@@ -74,6 +74,12 @@ class _Powers:
 _POWERS = _Powers()
 
 
+def power_tables(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(B^p, B^-p)` modulo 2^64 as uint64 arrays, for every p < size (and maybe more)."""
+    _POWERS.ensure(size)
+    return _POWERS.up, _POWERS.down
+
+
 class PrefixHashes:
     """`shingle_hash` of any segment of one code point array, each in O(1)."""
 

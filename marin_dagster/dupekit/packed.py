@@ -40,8 +40,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin_dagster.dupekit.hashing import _BASE
-from marin_dagster.dupekit.minhash import EMPTY_VALUE, _fmix32, permutations
+from marin_dagster.dupekit.hashing import power_tables
+from marin_dagster.dupekit.minhash import (
+    EMPTY_VALUE,
+    _fmix32,
+    permutations,
+    use_compilation_cache,
+)
 from marin_dagster.dupekit.shingles import ShingleConfig, cache_sized_chunks
 from marin_dagster.dupekit.text import batch_codepoints_for_shingles
 
@@ -61,25 +66,19 @@ def bucket_width(n: int, floor: int) -> int:
     return -(-n // (1 << k)) * (1 << k)
 
 
-class _Powers64:
-    """B^p and B^-p modulo 2^64 on the device, for p <= size."""
+class _DevicePowers:
+    """hashing's power tables, copied to the device once per size."""
 
     def __init__(self) -> None:
         self.size = 0
-        self.up: jax.Array | None = None
-        self.down: jax.Array | None = None
+        self.tables: tuple[jax.Array, jax.Array] | None = None
 
     def ensure(self, size: int) -> tuple[jax.Array, jax.Array]:
         if size > self.size:
-            size = 1 << (size - 1).bit_length()
-            up = np.full(size, _BASE, np.uint64)
-            up[0] = 1
-            down = np.full(size, pow(_BASE, -1, 1 << 64), np.uint64)
-            down[0] = 1
-            self.up = jnp.asarray(np.multiply.accumulate(up))
-            self.down = jnp.asarray(np.multiply.accumulate(down))
-            self.size = size
-        return self.up, self.down
+            up, down = power_tables(size)
+            self.tables = (jnp.asarray(up), jnp.asarray(down))
+            self.size = len(up)
+        return self.tables
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "n", "width", "words"))
@@ -167,11 +166,12 @@ class PackedSigner:
     """
 
     def __init__(self, shingles: ShingleConfig, num_perm: int = 128, seed: int = 1) -> None:
+        use_compilation_cache()
         self.shingles = shingles
         self.num_perm = num_perm
         a, b = permutations(num_perm, seed)
         self._a, self._b = jnp.asarray(a), jnp.asarray(b)
-        self._powers = _Powers64()
+        self._powers = _DevicePowers()
 
     def signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """`(shingle counts int64[len(texts)], signatures uint32[len(texts), num_perm])`;
@@ -182,10 +182,9 @@ class PackedSigner:
         """Normalize, pack and dispatch every buffer of `texts` (JAX returns before the
         device is done); the returned call waits for the results."""
         dispatched = []
-        with jax.enable_x64(True):
-            for first, chunk in _numbered_chunks(texts):
-                for buffer in self.buffers(chunk):
-                    dispatched.append((buffer.rows + first, *self.run(buffer)))
+        for first, chunk in _numbered_chunks(texts):
+            for buffer in self.buffers(chunk):
+                dispatched.append((buffer.rows + first, *self.run(buffer)))
 
         def result() -> tuple[np.ndarray, np.ndarray]:
             counts = np.zeros(len(texts), np.int64)
@@ -209,12 +208,14 @@ class PackedSigner:
 
     def run(self, buffer: Buffer) -> tuple[jax.Array, jax.Array]:
         """The device's part: `(signatures, shingle counts)` of a buffer's documents,
-        padding rows included (call under `jax.enable_x64(True)`)."""
-        up, down = self._powers.ensure(buffer.width + 1)
-        return _packed_signatures(
-            buffer.flat, buffer.offsets, buffer.lengths, self._a, self._b, up, down,
-            kind=self.shingles.kind, n=self.shingles.n, width=buffer.width, words=buffer.words,
-        )  # fmt: skip
+        padding rows included."""
+        with jax.enable_x64(True):  # the uint64 power tables would be cut to 32 bits
+            up, down = self._powers.ensure(buffer.width + 1)
+            return _packed_signatures(
+                buffer.flat, buffer.offsets, buffer.lengths, self._a, self._b, up, down,
+                kind=self.shingles.kind, n=self.shingles.n, width=buffer.width,
+                words=buffer.words,
+            )  # fmt: skip
 
     def _pack_by_width(
         self, cps: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
@@ -92,3 +94,25 @@ def test_datasketch_objects_and_jaccard(hasher: MinHasher, shakespeare_docs):
     lsh = MinHashLSH(threshold=0.5, num_perm=128)
     lsh.insert("a", m1)
     assert lsh.query(ref) == ["a"]
+
+
+_SIGN_ONE = (
+    "import numpy as np; from marin_dagster.dupekit.minhash import MinHasher; "
+    "MinHasher(16, 1).signatures([np.arange(100, dtype=np.uint32)])"
+)
+
+
+def test_compiled_kernels_are_kept_on_disk(tmp_path):
+    """A fresh process (as every dedup step's workers are) fills the persistent cache
+    under XDG_CACHE_HOME; a folder the user names in JAX_COMPILATION_CACHE_DIR wins."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    subprocess.run([sys.executable, "-c", _SIGN_ONE], env=env, check=True)
+    assert os.listdir(tmp_path / "xdg/marin-dagster/jax")
+    env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path / "mine")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg2")
+    subprocess.run([sys.executable, "-c", _SIGN_ONE], env=env, check=True)
+    assert not (tmp_path / "xdg2").exists()
