@@ -22,7 +22,6 @@ Needs only JAX and numpy (not Dagster), so it runs on a bare GPU machine:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import random
 import sys
@@ -31,6 +30,8 @@ import time
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
+
+import dataclasses  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
