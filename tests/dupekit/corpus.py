@@ -89,3 +89,17 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
         return 1.0
     inter = len(np.intersect1d(a, b, assume_unique=True))
     return inter / (len(a) + len(b) - inter)
+
+
+def hostile_texts() -> list[str]:
+    """Hostile texts: empty, shorter than a shingle, exactly one, non-ASCII, astral,
+    lone surrogates, the separator byte, very long words, and one long document."""
+    rng = random.Random(11)
+    words = ["the", "quick", "brown", "fox", "Straße", "İstanbul", "日本語", "😀x", "a\ud800b"]
+    texts = ["", " ", "a", "abcd", "abcde", "a b c d", "a b c d e", "\x80 a b c d e", "!!! ..."]
+    texts += ["x" * 500 + " tail", " ".join(["w" * 70] * 8), "\ud800" * 9]
+    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(0, 300))) for _ in range(30)]
+    texts += ["Plain ASCII prose, with punctuation! " * rng.randint(1, 60) for _ in range(30)]
+    texts.append("lorem ipsum dolor sit amet " * 2000)
+    rng.shuffle(texts)
+    return texts

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 
@@ -14,16 +12,7 @@ from marin_dagster.dupekit.shingles import (
     shingle_hashes,
     shingle_strings,
 )
-
-
-def _texts() -> list[str]:
-    rng = random.Random(5)
-    words = ["the", "quick", "brown", "fox", "Straße", "İstanbul", "日本語", "😀x", "a\ud800b"]
-    texts = ["", "a", "ab cd", "x" * 500 + " tail", " ".join(["w" * 70] * 8), "\x80 a b c d e"]
-    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(0, 400))) for _ in range(40)]
-    texts += ["plain ascii prose, with punctuation! " * rng.randint(1, 60) for _ in range(40)]
-    rng.shuffle(texts)
-    return texts
+from tests.dupekit.corpus import hostile_texts
 
 
 @pytest.mark.parametrize(
@@ -33,7 +22,7 @@ def _texts() -> list[str]:
 )
 @pytest.mark.parametrize("ascii_only", [True, False])
 def test_batch_hashes_equal_one_text_at_a_time(config, ascii_only):
-    texts = [t for t in _texts() if t.isascii() or not ascii_only]
+    texts = [t for t in hostile_texts() if t.isascii() or not ascii_only]
     batch = batch_shingle_hashes(texts, config)
     assert len(batch) == len(texts)
     for text, hashes in zip(texts, batch, strict=True):

@@ -19,21 +19,12 @@ from marin_dagster.dupekit.hashing import shingle_hash
 from marin_dagster.dupekit.packed import PackedSigner, bucket_width
 from marin_dagster.dupekit.shingles import ShingleConfig, shingle_strings
 from marin_dagster.dupekit.signers import SIGNATURES_ENV, HostSigner, signature_path, signer_for
-from tests.dupekit.corpus import near_duplicate_docs, read_jsonl_gz, write_jsonl_gz
-
-
-def _texts() -> list[str]:
-    """Hostile texts: empty, shorter than a shingle, exactly one, non-ASCII, astral,
-    lone surrogates, the separator byte, very long words, and one long document."""
-    rng = random.Random(11)
-    words = ["the", "quick", "brown", "fox", "Straße", "İstanbul", "日本語", "😀x", "a\ud800b"]
-    texts = ["", " ", "a", "abcd", "abcde", "a b c d", "a b c d e", "\x80 a b c d e", "!!! ..."]
-    texts += ["x" * 500 + " tail", " ".join(["w" * 70] * 8), "\ud800" * 9]
-    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(0, 300))) for _ in range(30)]
-    texts += ["Plain ASCII prose, with punctuation! " * rng.randint(1, 60) for _ in range(30)]
-    texts.append("lorem ipsum dolor sit amet " * 2000)
-    rng.shuffle(texts)
-    return texts
+from tests.dupekit.corpus import (
+    hostile_texts,
+    near_duplicate_docs,
+    read_jsonl_gz,
+    write_jsonl_gz,
+)
 
 
 @pytest.mark.parametrize(
@@ -42,7 +33,7 @@ def _texts() -> list[str]:
     ids=lambda c: f"{c.kind}{c.n}",
 )
 def test_device_path_equals_host_path(config):
-    texts = _texts()
+    texts = hostile_texts()
     counts, sigs = PackedSigner(config, num_perm=64, seed=7).signatures(texts)
     host_counts, host_sigs = HostSigner(config, num_perm=64, seed=7).signatures(texts)
     assert counts.tolist() == host_counts.tolist()
@@ -54,7 +45,7 @@ def test_device_path_equals_host_path(config):
 @pytest.mark.parametrize("kind", ["char", "word"])
 def test_device_path_equals_datasketch(kind):
     config = ShingleConfig(kind, 5)
-    texts = [t for t in _texts() if shingle_strings(t, config)][:12]
+    texts = [t for t in hostile_texts() if shingle_strings(t, config)][:12]
     _counts, sigs = PackedSigner(config, num_perm=128, seed=3).signatures(texts)
     for text, sig in zip(texts, sigs, strict=True):
         m = MinHash(num_perm=128, seed=3, hashfunc=shingle_hash)
