@@ -9,9 +9,13 @@ short records of about 200 bytes), best of --rounds, interleaved:
 - the device's part alone: the same buffers packed and moved to the device
   beforehand, only the jitted program timed,
 
-and checks that both paths give the same signatures bit for bit. Where JAX's
+and checks that both paths give the same signatures bit for bit. Then
+verification (verify.py), host against device: the exact intersections of
+--pairs doubtful pairs of near-copy shingle hash sets (~2k hashes each, about
+what a 2 KB document has), and the signature agreements of the pairs sharing
+LSH buckets (in blocks, as a bucket partition is compared). Where JAX's
 backend is the CPU the device path is the slower one (it is laid out for a
-GPU; `DUPEKIT_SIGNATURES=auto` keeps the host path there), so read its CPU
+GPU; `DUPEKIT_COMPUTE=auto` keeps the host path there), so read its CPU
 figures as a check that it runs, not as a goal.
 
 Needs only JAX and numpy (not Dagster), so it runs on a bare GPU machine:
@@ -39,6 +43,7 @@ import numpy as np  # noqa: E402
 from marin_dagster.dupekit.packed import PackedSigner  # noqa: E402
 from marin_dagster.dupekit.shingles import ShingleConfig  # noqa: E402
 from marin_dagster.dupekit.signers import HostSigner  # noqa: E402
+from marin_dagster.dupekit.verify import DeviceVerifier, HostVerifier  # noqa: E402
 
 
 def generated(n_docs: int, chars: int, seed: int = 0) -> list[str]:
@@ -99,12 +104,61 @@ def device_only(signer: PackedSigner, texts: list[str]):
     return run
 
 
+def near_copy_sets(pairs: int, size: int, seed: int = 3) -> tuple[list, list]:
+    """Pairs of sorted uint32 sets of about `size` hashes sharing 70-100% of them."""
+    rng = np.random.default_rng(seed)
+    lefts, rights = [], []
+    for _ in range(pairs):
+        left = np.unique(rng.integers(0, 2**32, size=size, dtype=np.uint64)).astype(np.uint32)
+        kept = left[rng.random(len(left)) < rng.uniform(0.7, 1.0)]
+        fresh = rng.integers(0, 2**32, size=len(left) - len(kept), dtype=np.uint64)
+        lefts.append(left)
+        rights.append(np.union1d(kept, fresh.astype(np.uint32)).astype(np.uint32))
+    return lefts, rights
+
+
+def bench_verification(pairs: int, rounds: int) -> None:
+    host, device = HostVerifier(), DeviceVerifier()
+    lefts, rights = near_copy_sets(pairs, 2000)
+    same = np.array_equal(host.intersections(lefts, rights), device.intersections(lefts, rights))
+    t = best_of(
+        rounds,
+        {
+            "host": lambda: host.intersections(lefts, rights),
+            "device": lambda: device.intersections(lefts, rights),
+        },
+    )
+    print(f"\nexact check, {pairs:,} pairs of ~2k-hash sets (intersections equal: {same})")
+    for name in ("host", "device"):
+        print(f"    {name} path  {pairs / t[name]:>12,.0f} pairs/s")
+    print(f"    device / host path: {t['host'] / t['device']:.2f}x")
+    # A bucket partition: 50k signatures in buckets of 2-4, 64k-pair blocks.
+    rng = np.random.default_rng(4)
+    sigs = rng.integers(0, 2**32, size=(50_000, 128), dtype=np.uint64).astype(np.uint32)
+    a = rng.integers(0, len(sigs), size=pairs * 8)
+    b = rng.integers(0, len(sigs), size=pairs * 8)
+    blocks = [(a[i : i + 65536], b[i : i + 65536]) for i in range(0, len(a), 65536)]
+
+    def agree(v) -> list:
+        return [x[2] for x in v.agreements(sigs, blocks)]
+
+    same_agree = all(np.array_equal(x, y) for x, y in zip(agree(host), agree(device), strict=True))
+    t = best_of(rounds, {"host": lambda: agree(host), "device": lambda: agree(device)})
+    print(f"signature agreements, {len(a):,} pairs (equal: {same_agree})")
+    for name in ("host", "device"):
+        print(f"    {name} path  {len(a) / t[name]:>12,.0f} pairs/s")
+    print(f"    device / host path: {t['host'] / t['device']:.2f}x")
+    if not (same and same_agree):
+        raise SystemExit("the device path's verification differs from the host path's")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=20_000, help="documents of ~2 KB")
     ap.add_argument("--records", type=int, default=100_000, help="records of ~200 B")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--kinds", default="char,word")
+    ap.add_argument("--pairs", type=int, default=20_000, help="doubtful pairs to check")
     args = ap.parse_args()
     print(f"JAX {jax.__version__}, backend {jax.default_backend()}: {jax.devices()}")
     corpora = {
@@ -139,6 +193,7 @@ def main() -> None:
             print(f"    device / host path: {rate['device'] / rate['host']:.2f}x")
             if not same:
                 raise SystemExit("the device path's signatures differ from the host path's")
+    bench_verification(args.pairs, args.rounds)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Fuzzy dedup stages: MinHash signatures, LSH band buckets, candidate links.
 
 Signature stage (per input file): documents in batches of `BATCH_DOCS`, signed
-on the host or the device (signers.py), the signatures saved to
+on the host or the device (device.py), the signatures saved to
 `signatures/part-{file:05d}.parquet`, and their band bucket keys emitted by
 bucket partition. Bucket stage (Zephyr group_by on the partition): the
 entries of a partition sorted by bucket key, and the documents of each
@@ -16,6 +16,7 @@ reaches the threshold.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,12 +33,18 @@ from marin_dagster.dupekit.records import SourceDoc, SourceFile, iter_docs, key_
 from marin_dagster.dupekit.shingles import ShingleConfig, batch_shingle_hashes
 from marin_dagster.dupekit.signers import Signer, signer_for
 from marin_dagster.dupekit.text import count_unencodable, replace_unencodable
+from marin_dagster.dupekit.verify import verifier
 from marin_dagster.zephyr import counters
+from marin_dagster.zephyr.keys import partition_of
 
 # Documents signed together: large enough that the MinHash kernel's fixed-shape blocks
 # are mostly full (about 2 MB of text per batch; shingles.py hashes it in chunks).
 BATCH_DOCS = 1024
 EMIT_DOCS = 4096
+# The exact check's pairs are shuffled into this many partitions and checked a batch
+# at a time (about 32 MB of 64-bit keys per batch).
+EXACT_PARTITIONS = 64
+EXACT_BATCH_HASHES = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -200,7 +207,7 @@ class BandRecords:
             )
 
 
-def partition_of(record: tuple) -> int:
+def bucket_partition(record: tuple) -> int:
     return record[0]
 
 
@@ -278,8 +285,7 @@ class BucketLinks:
         )  # > num_perm: none
         us, vs, agrees = [], [], []
         compared = 0
-        for a, b in _pairs_within(starts, sizes):
-            agree = np.count_nonzero(sigs[a] == sigs[b], axis=1)
+        for a, b, agree in verifier().agreements(sigs, _pairs_within(starts, sizes)):
             compared += len(a)
             ok = agree >= need
             us.append(node[a[ok]])
@@ -339,6 +345,11 @@ def pair_of(item: tuple) -> tuple[str, str]:
     return item[0]
 
 
+def pair_partition(item: tuple) -> int:
+    """The exact check's group: a partition of the pairs, checked as one batch."""
+    return partition_of(item[0], EXACT_PARTITIONS)
+
+
 @dataclass(frozen=True)
 class ShingleSets:
     """Reducer over one input file's requests: `(pair, shingle hash set)` for each.
@@ -381,24 +392,43 @@ class ShingleSets:
 
 @dataclass(frozen=True)
 class ExactJaccard:
-    """Reducer over one doubtful pair's two shingle sets: the edge, if it holds."""
+    """Reducer over one partition of doubtful pairs: the edges whose exact Jaccard holds.
+
+    The items arrive sorted by pair (`sort_by=pair_of`), so a pair's two shingle
+    sets are adjacent; pairs are checked in batches of about `EXACT_BATCH_HASHES`
+    hashes, on the host or the device (verify.py).
+    """
 
     threshold: float
 
-    def __call__(self, pair: tuple[str, str], items: Iterator[tuple]) -> Iterator[dict]:
-        sets = {side: hashes for _pair, side, hashes in items}
-        if len(sets) != 2:
-            raise ValueError(
-                f"exact check of {pair!r} found {len(sets)} of its 2 documents "
-                "(were the input files changed during the run?)"
-            )
-        inter = len(np.intersect1d(sets[0], sets[1], assume_unique=True))
-        union = len(sets[0]) + len(sets[1]) - inter
-        counters.increment("dedup/fuzzy/exact_checked")
-        if inter >= self.threshold * union - 1e-9:
-            yield {"a": pair[0], "b": pair[1]}
-        else:
-            counters.increment("dedup/fuzzy/exact_rejected")
+    def __call__(self, partition: int, items: Iterator[tuple]) -> Iterator[dict]:
+        batch: list[tuple[tuple[str, str], np.ndarray, np.ndarray]] = []
+        hashes = 0
+        for pair, group in itertools.groupby(items, key=pair_of):
+            sets = {side: h for _pair, side, h in group}
+            if len(sets) != 2:
+                raise ValueError(
+                    f"exact check of {pair!r} found {len(sets)} of its 2 documents "
+                    "(were the input files changed during the run?)"
+                )
+            batch.append((pair, sets[0], sets[1]))
+            hashes += len(sets[0]) + len(sets[1])
+            if hashes >= EXACT_BATCH_HASHES:
+                yield from self._check(batch)
+                batch, hashes = [], 0
+        if batch:
+            yield from self._check(batch)
+
+    def _check(self, batch: list[tuple[tuple[str, str], np.ndarray, np.ndarray]]) -> Iterator[dict]:
+        lefts, rights = [b[1] for b in batch], [b[2] for b in batch]
+        inter = verifier().intersections(lefts, rights)
+        union = np.array([len(x) + len(y) for x, y in zip(lefts, rights, strict=True)]) - inter
+        holds = inter >= self.threshold * union - 1e-9
+        counters.increment("dedup/fuzzy/exact_checked", len(batch))
+        counters.increment("dedup/fuzzy/exact_rejected", int(np.count_nonzero(~holds)))
+        for (pair, _l, _r), ok in zip(batch, holds.tolist(), strict=True):
+            if ok:
+                yield {"a": pair[0], "b": pair[1]}
 
 
 PAIR_BLOCK = 1 << 16

@@ -270,7 +270,12 @@ def _find_duplicates(
         return extra, counters
 
     # Imported here: fuzzy stages need JAX, exact ones do not.
-    from marin_dagster.dupekit.fuzzy import BandRecords, BucketLinks, FuzzySettings, partition_of
+    from marin_dagster.dupekit.fuzzy import (
+        BandRecords,
+        BucketLinks,
+        FuzzySettings,
+        bucket_partition,
+    )
 
     lsh = config.lsh_params()
     settings = FuzzySettings(
@@ -292,7 +297,7 @@ def _find_duplicates(
         )
     )
     links = bands.group_by(
-        key=partition_of,
+        key=bucket_partition,
         reducer=BucketLinks(config.verify, config.threshold, config.num_perm, config.verify_margin),
         num_output_shards=shards,
     )
@@ -346,6 +351,7 @@ def _check_doubtful_links(
         doubtful_ends,
         file_of_request,
         pair_of,
+        pair_partition,
     )
 
     reread = ShingleSets(
@@ -360,7 +366,12 @@ def _check_doubtful_links(
         .load_jsonl()
         .flat_map(doubtful_ends)
         .group_by(key=file_of_request, reducer=reread, num_output_shards=shards)
-        .group_by(key=pair_of, reducer=ExactJaccard(config.threshold), num_output_shards=shards)
+        .group_by(
+            key=pair_partition,
+            reducer=ExactJaccard(config.threshold),
+            sort_by=pair_of,
+            num_output_shards=shards,
+        )
         .write_jsonl(fs.join(graph.folder, "added-{shard:05d}-of-{total:05d}.jsonl.gz"))
     ).counters.as_dict()
 

@@ -182,15 +182,23 @@ def test_exact_check_rereads_the_shingles_and_holds_at_the_threshold(tmp_path):
 
     check = ExactJaccard(0.8)
     a = np.arange(10, dtype=np.uint32)
-    assert list(check(("a", "b"), iter([(("a", "b"), 0, a), (("a", "b"), 1, a[:8])]))) == [
-        {"a": "a", "b": "b"}
-    ]  # 8 / 10: holds at the threshold
-    assert list(check(("a", "b"), iter([(("a", "b"), 1, a), (("a", "b"), 0, a[1:9])]))) == [
-        {"a": "a", "b": "b"}
+    items = [
+        (("a", "b"), 0, a),
+        (("a", "b"), 1, a[:8]),  # 8 / 10: holds at the threshold
+        (("c", "d"), 1, a),
+        (("c", "d"), 0, a[1:9]),  # either side may come first
+        (("e", "f"), 0, a[:9]),
+        (("e", "f"), 1, a[2:]),  # 7 / 10: fails
+        (("g", "h"), 0, a[:0]),
+        (("g", "h"), 1, a[:0]),  # two empty sets: 0 / 0 holds
     ]
-    assert list(check(("a", "b"), iter([(("a", "b"), 0, a[:9]), (("a", "b"), 1, a[2:])]))) == []
+    assert list(check(7, iter(items))) == [
+        {"a": "a", "b": "b"},
+        {"a": "c", "b": "d"},
+        {"a": "g", "b": "h"},
+    ]
     with pytest.raises(ValueError, match=r"exact check of \('a', 'b'\) found 1 of its 2 documents"):
-        list(check(("a", "b"), iter([(("a", "b"), 0, a), (("a", "b"), 0, a)])))
+        list(check(7, iter([(("a", "b"), 0, a), (("a", "b"), 0, a)])))
 
 
 def test_signature_set_matches_datasketch_and_answers_queries(corpus, local_ctx, tmp_path):
