@@ -7,6 +7,9 @@ temporary name and renamed into place. Object stores (gs://, memory://)
 have no rename, but an object only appears once its upload completes, so
 the bytes are spooled to a local temporary file and uploaded in one call.
 Either way a reader never sees a half-written file under the final name.
+
+Local paths bypass fsspec (imported on the first remote URL): a Zephyr worker
+that reads and writes the local disk starts without it, a fifth of its start-up.
 """
 
 from __future__ import annotations
@@ -18,12 +21,24 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
+if TYPE_CHECKING:
+    import fsspec
 
 _TEMP_MARK = ".tmp-"
+
+
+def local_path(path: str) -> str | None:
+    """The OS path that a local path or file:// (local://) URL names; None for any other URL."""
+    if "::" in path:  # fsspec's chained URLs (simplecache::gs://...)
+        return None
+    if "://" not in path:
+        return os.path.expanduser(path)
+    for prefix in ("file://", "local://"):
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return None
 
 
 def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -33,6 +48,8 @@ def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     processes, and gcsfs would answer `exists`, `info` and reads (their size) from a stale
     listing of the folder.
     """
+    import fsspec
+
     try:
         fs, fs_path = fsspec.core.url_to_fs(path, use_listings_cache=False)
     except ImportError as e:
@@ -46,8 +63,11 @@ def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def is_local(path: str) -> bool:
-    fs, _ = url_to_fs(path)
-    return isinstance(fs, LocalFileSystem)
+    if local_path(path) is not None:
+        return True
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(url_to_fs(path)[0], LocalFileSystem)
 
 
 def join(base: str, *parts: str) -> str:
@@ -76,8 +96,20 @@ def is_temp_name(path: str) -> bool:
 
 
 def exists(path: str) -> bool:
+    local = local_path(path)
+    if local is not None:
+        return os.path.exists(local)
     fs, p = url_to_fs(path)
     return fs.exists(p)
+
+
+def open_read(path: str) -> IO[bytes]:
+    """A binary file object reading `path` (local, or any fsspec URL)."""
+    local = local_path(path)
+    if local is not None:
+        return open(local, "rb")
+    fs, p = url_to_fs(path)
+    return fs.open(p, "rb")
 
 
 def makedirs(path: str) -> None:
@@ -90,24 +122,25 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
     """Open `path` for writing; it appears under its name only on success."""
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write supports modes 'wb' and 'w', not {mode!r}")
-    fs, fs_path = url_to_fs(path)
-    if isinstance(fs, LocalFileSystem):
-        directory = os.path.dirname(fs_path) or "."
+    local = local_path(path)
+    if local is not None:
+        directory = os.path.dirname(local) or "."
         os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(
-            directory, f"{os.path.basename(fs_path)}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
+            directory, f"{os.path.basename(local)}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
         )
         try:
             with open(tmp, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, fs_path)
+            os.replace(tmp, local)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
             raise
         return
+    fs, fs_path = url_to_fs(path)
     with tempfile.NamedTemporaryFile(
         mode,
         delete=False,

@@ -194,8 +194,7 @@ def open_input(path: str) -> Iterator[IO[bytes]]:
     A truncated or corrupt compressed file raises InputError naming it, never
     reads as a shorter file.
     """
-    filesystem, fs_path = fs.url_to_fs(path)
-    with filesystem.open(fs_path, "rb") as raw:
+    with fs.open_read(path) as raw:
         comp = compression_of(path)
         if comp is None:
             yield raw
@@ -330,8 +329,7 @@ class _WatchedFile:
 
 @contextlib.contextmanager
 def _parquet_file(path: str) -> Iterator[tuple[pq.ParquetFile, _WatchedFile]]:
-    filesystem, fs_path = fs.url_to_fs(path)
-    with filesystem.open(fs_path, "rb") as raw:
+    with fs.open_read(path) as raw:
         f = _WatchedFile(raw)
         try:
             yield pq.ParquetFile(f), f

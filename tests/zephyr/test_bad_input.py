@@ -196,17 +196,7 @@ def test_a_failed_read_from_storage_is_not_an_input_error(tmp_path, monkeypatch)
         def __exit__(self, *exc):
             self._f.close()
 
-    real = fs.url_to_fs
-
-    def flaky_fs(p):
-        filesystem, fs_path = real(p)
-
-        class FS:
-            def open(self, q, mode):
-                return Flaky(filesystem.open(q, mode))
-
-        return FS(), fs_path
-
-    monkeypatch.setattr(readers.fs, "url_to_fs", flaky_fs)
+    real = fs.open_read
+    monkeypatch.setattr(readers.fs, "open_read", lambda p: Flaky(real(p)))
     with pytest.raises(ConnectionError):
         list(readers.iter_parquet_batches(path))

@@ -171,3 +171,32 @@ def test_dry_run_plans_without_running(tmp_path) -> None:
     result = ZephyrContext(backend="inline").execute(ds, dry_run=True)
     assert calls == [] and result.results == []
     assert "2 stage(s)" in result.plan and "scatter" in result.plan
+
+
+def test_local_io_never_imports_fsspec_in_a_worker(tmp_path) -> None:
+    """A worker that reads, skips and writes local files starts and runs without fsspec
+    (a fifth of its start-up): local paths and file:// URLs go through the OS."""
+    _write_jsonl(tmp_path / "a.jsonl.gz", ROWS)
+    _write_jsonl(tmp_path / "b.jsonl", ROWS)
+
+    def seen(r: dict) -> dict:
+        import sys
+
+        return {**r, "fsspec": "fsspec" in sys.modules}
+
+    def run() -> list[dict]:
+        with ZephyrContext(max_workers=1, backend="local") as ctx:
+            ctx.execute(
+                Dataset.from_files(str(tmp_path / "*.jsonl*"))
+                .load_jsonl()
+                .map(seen)
+                .write_parquet(f"file://{tmp_path}/out/{{basename}}.parquet")
+            )
+            out = f"file://{tmp_path}/out/*.parquet"
+            return ctx.execute(Dataset.from_files(out).load_file().map(seen)).results
+
+    rows = run()
+    assert len(rows) == 2 * len(ROWS)
+    assert not any(r["fsspec"] for r in rows)
+    os.remove(tmp_path / "out" / "b.parquet")
+    assert len(run()) == 2 * len(ROWS)  # the skip check and the rewrite are local too
