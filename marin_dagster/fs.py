@@ -63,11 +63,7 @@ def url_to_fs(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def is_local(path: str) -> bool:
-    if local_path(path) is not None:
-        return True
-    from fsspec.implementations.local import LocalFileSystem
-
-    return isinstance(url_to_fs(path)[0], LocalFileSystem)
+    return local_path(path) is not None
 
 
 def join(base: str, *parts: str) -> str:
