@@ -114,10 +114,13 @@ def makedirs(path: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
-    """Open `path` for writing; it appears under its name only on success."""
-    if mode not in ("wb", "w"):
-        raise ValueError(f"atomic_write supports modes 'wb' and 'w', not {mode!r}")
+def atomic_path(path: str) -> Iterator[str]:
+    """A local file to write `path` through (for writers that need a file name, such
+    as Parquet's): `path` appears only when the block ends without an error.
+
+    For a local target the file lies beside it, so nothing is copied: it is synced
+    and renamed into place. For a URL it is a local temporary file, uploaded at the
+    end. Either way it is removed on failure."""
     local = local_path(path)
     if local is not None:
         directory = os.path.dirname(local) or "."
@@ -126,10 +129,12 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
             directory, f"{os.path.basename(local)}{_TEMP_MARK}{uuid.uuid4().hex[:8]}"
         )
         try:
-            with open(tmp, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f:
-                yield f
-                f.flush()
-                os.fsync(f.fileno())
+            yield tmp
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, local)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -137,26 +142,29 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
             raise
         return
     fs, fs_path = url_to_fs(path)
-    with tempfile.NamedTemporaryFile(
-        mode,
-        delete=False,
-        suffix=_TEMP_MARK.rstrip("-"),
-        **({"encoding": "utf-8"} if mode == "w" else {}),
-    ) as f:
-        tmp = f.name
-        try:
-            yield f
-        except BaseException:
-            f.close()
-            os.remove(tmp)
-            raise
+    fd, tmp = tempfile.mkstemp(suffix=_TEMP_MARK.rstrip("-"))
+    os.close(fd)
     try:
+        yield tmp
         parent = fs_path.rsplit("/", 1)[0]
         if parent:
             fs.makedirs(parent, exist_ok=True)
         fs.put_file(tmp, fs_path)
     finally:
-        os.remove(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "wb") -> Iterator[IO[Any]]:
+    """Open `path` for writing; it appears under its name only on success."""
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_write supports modes 'wb' and 'w', not {mode!r}")
+    with (
+        atomic_path(path) as tmp,
+        open(tmp, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f,
+    ):
+        yield f
 
 
 def write_bytes(path: str, data: bytes) -> None:

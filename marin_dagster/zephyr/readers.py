@@ -439,12 +439,21 @@ def iter_file_records(
 ) -> Iterator[Any]:
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "jsonl":
+        # Not a generator itself: each record would pass through one more frame.
+        records = iter_jsonl(path, cursor)
         if columns:
-            for rec in iter_jsonl(path, cursor):
-                yield {c: rec.get(c) for c in columns}
-        else:
-            yield from iter_jsonl(path, cursor)
-        return
+            return ({c: rec.get(c) for c in columns} for rec in records)
+        return records
+    return _batch_records(path, fmt, columns, row_groups, cursor)
+
+
+def _batch_records(
+    path: str,
+    fmt: str,
+    columns: list[str] | None,
+    row_groups: list[int] | None,
+    cursor: Cursor | None,
+) -> Iterator[Any]:
     index = 0
     for batch in iter_file_batches(path, fmt, columns, row_groups):
         for rec in batch.to_pylist():

@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import itertools
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import IO, Any
 
 import pyarrow as pa
@@ -200,14 +201,17 @@ def _table_from_records(
     records: list[Any], schema: pa.Schema | None, first_index: int, path: str
 ) -> pa.Table:
     if records and isinstance(records[0], dict):
-        keys = records[0].keys()
-        if all(isinstance(r, dict) and r.keys() == keys for r in records):
-            # Uniform records (the common case): Arrow's converter, much faster than
-            # column by column; it names no field on a conflict, so fall through then.
-            try:
-                return pa.Table.from_pylist(records)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-                pass
+        # Uniform records (the common case), checked and split into columns in C: every
+        # record holds each of the first record's keys (or itemgetter raises) and no other
+        # (the key counts add up). Arrow's converter names no field on a conflict, so any
+        # failure falls through to the column-by-column path below, which does.
+        keys = list(records[0])
+        try:
+            if sum(map(len, records)) == len(keys) * len(records):
+                columns = [pa.array(list(map(itemgetter(k), records))) for k in keys]
+                return pa.Table.from_arrays(columns, names=keys)
+        except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
     names: dict[str, None] = dict.fromkeys(schema.names) if schema is not None else {}
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):
@@ -288,12 +292,14 @@ class _ParquetSink:
         self.writer = None
         previous = self.local_path + ".narrow"
         os.replace(self.local_path, previous)
-        self._open()
-        pf = pq.ParquetFile(previous)
-        for i in range(pf.num_row_groups):
-            self.writer.write_table(_conform(pf.read_row_group(i), wider))
-        del pf, old_schema
-        os.remove(previous)
+        try:
+            self._open()
+            pf = pq.ParquetFile(previous)
+            for i in range(pf.num_row_groups):
+                self.writer.write_table(_conform(pf.read_row_group(i), wider))
+            del pf, old_schema
+        finally:
+            os.remove(previous)
 
     def close(self) -> None:
         if self.writer is None:
@@ -317,32 +323,31 @@ def write_parquet(
     path: str, stream: Iterator[Any], batches: bool = False, schema: pa.Schema | None = None
 ) -> WriteResult:
     """zstd Parquet; without `schema`, inferred from the records and widened as needed."""
-    with tempfile.TemporaryDirectory(prefix="zephyr-parquet-") as tmp:
-        sink = _ParquetSink(os.path.join(tmp, "part.parquet"), schema, schema is not None, path)
+    # Written in place under a temporary name (beside a local target: no copy).
+    with fs.atomic_path(path) as local:
+        sink = _ParquetSink(local, schema, schema is not None, path)
         if batches:
             for batch in stream:
                 table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
                 sink.write(table)
         else:
+            from marin_dagster.zephyr.chunks import approx_size
+
+            # Pulled 64 records at a time (the stream is advanced in C, not record by
+            # record here); the buffer's size is estimated from each run's first record.
             buf: list[Any] = []
             est = 0
-            for rec in stream:
-                buf.append(rec)
-                if len(buf) % 64 == 1:
-                    from marin_dagster.zephyr.chunks import approx_size
-
-                    est += 64 * approx_size(rec)
+            while run := list(itertools.islice(stream, min(64, PARQUET_ROWS - len(buf)))):
+                buf += run
+                est += len(run) * approx_size(run[0])
                 if len(buf) >= PARQUET_ROWS or est >= PARQUET_BUFFER_BYTES:
                     sink.write(_table_from_records(buf, sink.schema, sink.rows, path))
                     buf, est = [], 0
             if buf or sink.writer is None:
                 sink.write(_table_from_records(buf, sink.schema, sink.rows, path))
         sink.close()
-        size = os.path.getsize(sink.local_path)
-        with fs.atomic_write(path, "wb") as out, open(sink.local_path, "rb") as src:
-            while chunk := src.read(8 << 20):
-                out.write(chunk)
-        return WriteResult(path, sink.rows, size)
+        size = os.path.getsize(local)
+    return WriteResult(path, sink.rows, size)
 
 
 def _task_counters() -> dict[str, int | float]:

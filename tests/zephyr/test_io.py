@@ -87,6 +87,30 @@ def test_parquet_schema_widens(local_ctx: ZephyrContext, tmp_path, monkeypatch) 
     assert pq.ParquetFile(out[0]).metadata.row_group(0).column(0).compression == "ZSTD"
 
 
+def test_parquet_records_with_other_keys_keep_every_field(tmp_path) -> None:
+    """Uniform records take a fast path; a record with as many keys as the first but a
+    different one, or with one more, must still keep every field (none dropped)."""
+    from marin_dagster.zephyr.writers import write_parquet
+
+    path = str(tmp_path / "k.parquet")
+    same_count = [{"a": 1, "b": 2}, {"b": 3, "a": 4}, {"a": 5, "c": 6}]
+    assert write_parquet(path, iter(same_count)).records == 3
+    assert pq.read_table(path).to_pylist() == [
+        {"a": 1, "b": 2, "c": None},
+        {"a": 4, "b": 3, "c": None},
+        {"a": 5, "b": None, "c": 6},
+    ]
+    one_more = [{"a": 1, "b": 2}, {"a": 7, "b": 8, "d": 9}]
+    assert write_parquet(path, iter(one_more)).records == 2
+    assert pq.read_table(path).to_pylist() == [
+        {"a": 1, "b": 2, "d": None},
+        {"a": 7, "b": 8, "d": 9},
+    ]
+    uniform = [{"a": i, "b": str(i)} for i in range(1000)]
+    assert write_parquet(path, iter(uniform)).records == 1000
+    assert pq.read_table(path).to_pylist() == uniform
+
+
 def test_parquet_type_conflict_names_field(local_ctx: ZephyrContext, tmp_path) -> None:
     rows = [{"id": i, "tag": "t"} for i in range(5)] + [{"id": 5, "tag": {"nested": 1}}]
     with pytest.raises(ShardFailedError, match="'tag'") as err:
