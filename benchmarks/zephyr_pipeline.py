@@ -29,7 +29,8 @@ pays for the previous one's writeback or finds its inputs reclaimed.
 `--profile` adds where the 2-worker run loses time against half the 1-worker run:
 worker start-up, each task's time on its worker (the first task of a worker against
 the others), the driver's gaps between tasks, and one shard's phases run in this
-process (reading, the step, building Arrow tables, the Parquet writer, the final copy).
+process (reading, the step, building Arrow tables, the Parquet encoder, and the whole
+writer with its sync and rename).
 
 Then a group_by word count with a memory budget of a tenth of its input: the
 peak RSS of the workers (VmHWM, reset after warm-up) and the output checked
@@ -562,7 +563,7 @@ def _phases(path: str, min_words: int, work: str) -> dict[str, float]:
         "map + filter": t2 - t1,
         "records -> Arrow tables": t3 - t2,
         "Parquet encode (zstd)": t4 - t3,
-        "write_parquet (tables + encode + copy)": t6 - t5,
+        "write_parquet (tables + encode + sync)": t6 - t5,
     }
 
 
