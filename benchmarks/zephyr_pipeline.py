@@ -71,7 +71,6 @@ import pyarrow.parquet as pq
 
 from marin_dagster.zephyr import Dataset, ZephyrContext
 from marin_dagster.zephyr.backends.local import LocalBackend, _worker_env
-from marin_dagster.zephyr.writers import PARQUET_ROWS
 
 # The two workloads: records are paragraphs; documents join paragraphs to about 2 KB.
 WORKLOADS = ("records", "documents")
@@ -251,6 +250,9 @@ def _io_one(args: tuple[str, str]) -> int:
     return table.num_rows
 
 
+FLOOR_ROWS = 65_536  # rows per Parquet write, as Zephyr's writer buffers (its own constant)
+
+
 def _parallel_one(args: tuple[str, str, int]) -> int:
     """One shard of the map/filter pipeline with no engine: read, map, filter, write."""
     src, dst, min_words = args
@@ -269,7 +271,7 @@ def _parallel_one(args: tuple[str, str, int]) -> int:
             if keep(r, min_words):
                 kept.append(r)
                 rows += 1
-                if len(kept) >= PARQUET_ROWS:
+                if len(kept) >= FLOOR_ROWS:
                     flush()
     if kept or writer is None:
         flush()
@@ -538,7 +540,7 @@ def _worker_start_s() -> float:
 def _phases(path: str, min_words: int, work: str) -> dict[str, float]:
     """One shard's map/filter pipeline, phase by phase, in this process."""
     from marin_dagster.zephyr.readers import iter_jsonl
-    from marin_dagster.zephyr.writers import _table_from_records, write_parquet
+    from marin_dagster.zephyr.writers import PARQUET_ROWS, _table_from_records, write_parquet
 
     t0 = time.perf_counter()
     recs = list(iter_jsonl(path))
