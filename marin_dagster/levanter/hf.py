@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -487,12 +486,8 @@ def _write_remote(
 ) -> None:
     if overwrite:
         fs.remove(out_dir, recursive=True)
-    filesystem, path = fs.url_to_fs(out_dir)
-    with tempfile.TemporaryDirectory() as tmp:
-        local = os.path.join(tmp, WEIGHTS_FILE)
+    with fs.atomic_path(fs.join(out_dir, WEIGHTS_FILE)) as local:
         save_file(tensors, local, metadata=metadata)
-        filesystem.makedirs(path, exist_ok=True)
-        filesystem.put_file(local, f"{path}/{WEIGHTS_FILE}")
     fs.write_text(fs.join(out_dir, CONFIG_FILE), config_json)
 
 
