@@ -15,7 +15,7 @@ CHROMIUM := /usr/bin/chromium
 # Byte-compiled once here, so no process compiles the project's sources itself: where
 # PYTHONDONTWRITEBYTECODE is set (containers often set it) nothing would write the .pyc
 # files, and every Zephyr worker, Dagster step and CLI call would compile them again
-# (a fifth of a worker's start-up). Up-to-date files are skipped.
+# (a tenth of a worker's start-up). Up-to-date files are skipped.
 setup: $(VENV)/.installed
 	@$(BIN)/python -m compileall -q marin_dagster assets resources
 

@@ -284,7 +284,6 @@ class _ParquetSink:
         self.rows += table.num_rows
 
     def _rewrite(self, wider: pa.Schema) -> None:
-        old_schema = self.schema
         self.schema = wider
         if self.writer is None:
             return
@@ -297,7 +296,7 @@ class _ParquetSink:
             pf = pq.ParquetFile(previous)
             for i in range(pf.num_row_groups):
                 self.writer.write_table(_conform(pf.read_row_group(i), wider))
-            del pf, old_schema
+            del pf
         finally:
             os.remove(previous)
 
