@@ -47,6 +47,7 @@ MIN_BUCKET = 64
 BATCH_HASHES = 1 << 17
 SCAN_CHUNK = 32
 MAX_WIDTH = 1 << 15
+CACHE_MAX_BYTES = 1 << 30  # the compiled-kernel cache on disk; a kernel takes ~12 KB of it
 
 
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -65,13 +66,17 @@ def use_compilation_cache() -> None:
     Every dedup step is a fresh process whose workers would otherwise compile each
     kernel shape again: 0.5 s of a 2 s run over 91 plays, measured. The kernels
     compile in well under JAX's default 1 s threshold, so it is lowered to 0.
+    The folder is capped at `CACHE_MAX_BYTES`, least recently used entries going
+    first (JAX's own eviction), so months of runs do not fill the disk.
     `JAX_COMPILATION_CACHE_DIR` (or `jax_compilation_cache_dir`) set by the user wins;
     an unwritable cache folder leaves the cache off.
     """
     if jax.config.jax_compilation_cache_dir or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(root, "marin-dagster", "jax")
+    # Not the uncapped cache's old "jax" folder: its entries have no access-time files,
+    # which JAX's eviction reads, so every write into it would fail.
+    folder = os.path.join(root, "marin-dagster", "jax-lru")
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError:
@@ -80,6 +85,7 @@ def use_compilation_cache() -> None:
         return
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
 
 
 def _fmix32(h: jax.Array) -> jax.Array:
