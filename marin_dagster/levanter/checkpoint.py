@@ -36,9 +36,7 @@ class Checkpointer:
         checkpoint_every_steps: int | None,
         checkpoint_every_minutes: float | None,
     ) -> None:
-        if not fs.is_local(directory) and "://" not in directory:
-            raise ValueError(f"checkpoint directory must be absolute or a URL, got {directory!r}")
-        self.directory = fs.normalize(directory)
+        self.directory = fs.normalize(directory)  # orbax wants absolute paths
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1 (or None for all), got {keep}")
         if checkpoint_every_steps is not None and checkpoint_every_steps < 1:
