@@ -31,10 +31,12 @@ from marin_dagster.zephyr.dataset import Dataset
 from marin_dagster.zephyr.plan import (
     ChunkInput,
     CollectSink,
+    FileInput,
     ItemsInput,
     JoinStep,
     LimitSink,
     MaterializeSink,
+    MultiInput,
     PhysicalPlan,
     ReduceSink,
     ScatterSink,
@@ -461,6 +463,8 @@ class ZephyrContext:
         resources = self._resources(stage)
         capacity = self._capacity(backend, resources)
         limit = stage.sink if isinstance(stage.sink, LimitSink) else None
+        if limit is None:
+            pending = _largest_first(pending, inputs)
         counts: dict[int, int] = {}  # take(n): records each finished shard holds
         not_read = 0
         failures = collections.Counter[int]()
@@ -561,6 +565,25 @@ class ZephyrContext:
             for i in losses:
                 _remove_temp_leftovers(write.paths[i])
         return values
+
+
+def _input_bytes(inp: Any) -> int | None:
+    if isinstance(inp, FileInput):
+        return inp.size
+    if isinstance(inp, MultiInput):
+        sizes = [_input_bytes(i) for i in inp.inputs]
+        return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+    return None
+
+
+def _largest_first(pending: collections.deque[int], inputs: list[Any]) -> collections.deque[int]:
+    """Shards over files, the largest first (ties in shard order): a large file
+    started last would leave the other workers idle while it runs alone. Kept in
+    shard order when any size is unknown, and for take(n), which reads in order."""
+    sizes = {i: _input_bytes(inputs[i]) for i in pending}
+    if not sizes or None in sizes.values():
+        return pending
+    return collections.deque(sorted(pending, key=lambda i: -sizes[i]))  # type: ignore[operator]
 
 
 def _held_before(counts: dict[int, int], shard: int) -> int:

@@ -49,6 +49,7 @@ class FileInput:
     path: str
     load: LoadFileOp
     row_groups: list[int] | None = None
+    size: int | None = None  # bytes it covers, from the listing: larger inputs start first
 
 
 @dataclass
@@ -178,22 +179,23 @@ class PhysicalPlan:
         return "\n".join(lines)
 
 
-def _resolve_glob(source: GlobSource) -> list[str]:
+def _resolve_glob(source: GlobSource) -> dict[str, int | None]:
+    """The files `source.pattern` matches, in order, with their sizes in bytes."""
     filesystem, fs_path = fs.url_to_fs(source.pattern)
     protocol = source.pattern.split("://", 1)[0] if "://" in source.pattern else None
-    # detail=True: types come with the one listing call, no stat per file.
+    # detail=True: types and sizes come with the one listing call, no stat per file.
     matches = filesystem.glob(fs_path, detail=True)
-    paths = sorted(
-        f"{protocol}://{p}" if protocol and protocol != "file" else p
+    files = {
+        f"{protocol}://{p}" if protocol and protocol != "file" else p: info.get("size")
         for p, info in matches.items()
         if info.get("type") != "directory" and not fs.is_temp_name(p)
-    )
-    if not paths and not source.empty_glob_ok:
+    }
+    if not files and not source.empty_glob_ok:
         raise FileNotFoundError(
             f"no files match {source.pattern!r}; check the pattern, or pass "
             "empty_glob_ok=True if an empty input is expected"
         )
-    return paths
+    return dict(sorted(files.items()))
 
 
 def _split_items(items: list[Any], n: int) -> list[list[Any]]:
@@ -227,14 +229,17 @@ class _Planner:
                 load = ops.pop(0)
                 load_fused = True
                 inputs, paths = [], []
-                for f in files:
+                for f, size in files.items():
                     fmt = detect_format(f) if load.format == "auto" else load.format
                     if fmt == "parquet" and load.approx_shard_bytes:
-                        for groups in parquet_row_group_splits(f, load.approx_shard_bytes):
-                            inputs.append(FileInput(f, load, groups))
+                        splits = parquet_row_group_splits(f, load.approx_shard_bytes)
+                        groups_in_file = sum(map(len, splits)) or 1
+                        for groups in splits:
+                            part = None if size is None else size * len(groups) // groups_in_file
+                            inputs.append(FileInput(f, load, groups, part))
                             paths.append(f)
                     else:
-                        inputs.append(FileInput(f, load))
+                        inputs.append(FileInput(f, load, size=size))
                         paths.append(f)
             else:
                 inputs, paths = [ItemsInput([f]) for f in files], list(files)
