@@ -567,20 +567,25 @@ class ZephyrContext:
         return values
 
 
-def _input_bytes(inp: Any) -> int | None:
+def _input_size(inp: Any) -> int | None:
+    """How much an input holds, in the unit its kind knows: bytes for files, chunks
+    (up to CHUNK_RECORDS records each) for a shuffle partition's runs."""
     if isinstance(inp, FileInput):
         return inp.size
     if isinstance(inp, MultiInput):
-        sizes = [_input_bytes(i) for i in inp.inputs]
+        sizes = [_input_size(i) for i in inp.inputs]
         return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+    if isinstance(inp, ShuffleInput):
+        return sum(stop - start for _path, start, stop in inp.runs)
     return None
 
 
 def _largest_first(pending: collections.deque[int], inputs: list[Any]) -> collections.deque[int]:
-    """Shards over files, the largest first (ties in shard order): a large file
-    started last would leave the other workers idle while it runs alone. Kept in
-    shard order when any size is unknown, and for take(n), which reads in order."""
-    sizes = {i: _input_bytes(inputs[i]) for i in pending}
+    """The stage's shards, the largest first (ties in shard order): a large file or a
+    hot key's partition started last would leave the other workers idle while it runs
+    alone. Kept in shard order when any size is unknown, and for take(n), which reads
+    in order."""
+    sizes = {i: _input_size(inputs[i]) for i in pending}
     if not sizes or None in sizes.values():
         return pending
     return collections.deque(sorted(pending, key=lambda i: -sizes[i]))  # type: ignore[operator]
