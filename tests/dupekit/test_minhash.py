@@ -111,7 +111,7 @@ def test_compiled_kernels_are_kept_on_disk(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     subprocess.run([sys.executable, "-c", _SIGN_ONE], env=env, check=True)
-    assert os.listdir(tmp_path / "xdg/marin-dagster/jax")
+    assert os.listdir(tmp_path / "xdg/marin-dagster/jax-lru")
     env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path / "mine")
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg2")
     subprocess.run([sys.executable, "-c", _SIGN_ONE], env=env, check=True)
