@@ -38,6 +38,7 @@ from marin_dagster.datasets.sources import (
     resolve,
 )
 from marin_dagster.execution.asset import StepContext, check_name, versioned_asset
+from marin_dagster.execution.origins import write_origins
 from marin_dagster.execution.version import StepConfig, unversioned
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.zephyr import Dataset, InputError, ShardFailedError, get_shared
@@ -105,6 +106,7 @@ def _run(
             "(or rerun the script) so the asset gets the version of the new content",
         )
     result = _fetch(resolved, config, output_path, step)
+    write_origins(output_path, {f.name: resolved.origin(f) for f in resolved.files})
     meta: dict[str, Any] = {
         "source": spec.describe(),
         "files": len(result.files),

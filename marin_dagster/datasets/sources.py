@@ -240,6 +240,13 @@ class ResolvedSource:
     def manifest(self) -> list[dict[str, Any]]:
         return [dataclasses.asdict(f) for f in self.files]
 
+    def origin(self, f: SourceFile) -> str:
+        """Where `f` came from, as its owner would open it: a path, a URL, an hf:// URL."""
+        if self.spec.kind == "hub":
+            at = f"@{self.revision}" if self.revision else ""
+            return f"hf://datasets/{self.spec.location}{at}/{f.location}"
+        return f.location
+
 
 def format_of(name: str) -> str | None:
     """The format a file name says (`x.jsonl.zst` -> jsonl), or None."""

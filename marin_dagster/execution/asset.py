@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 
 from marin_dagster import fs
+from marin_dagster.execution.origins import note_origins
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.step import execute_step
 from marin_dagster.execution.version import compute_version
@@ -300,7 +301,11 @@ def versioned_asset(
 
         def work(path: str) -> dict[str, Any]:
             fs.makedirs(path)
-            return metadata_to_json(run(step_config, inputs, path, step) or {})
+            try:
+                return metadata_to_json(run(step_config, inputs, path, step) or {})
+            except Exception as e:
+                note_origins(e, inputs, {role: s.name for role, s in upstream_steps.items()})
+                raise
 
         outcome = execute_step(
             output_path,

@@ -120,7 +120,8 @@ def execute_step(
                         StepStatus.FAILED,
                         version,
                         run_id=run_id,
-                        error=f"{type(e).__name__}: {e}",
+                        # with its notes (which original a failing copy came from)
+                        error="\n".join([f"{type(e).__name__}: {e}", *getattr(e, "__notes__", ())]),
                     ),
                 )
             raise

@@ -15,6 +15,7 @@ from marin_dagster import fs
 from marin_dagster.datasets.files import dataset_files
 from marin_dagster.datasets.sources import SourceError
 from marin_dagster.execution.asset import step_for
+from marin_dagster.execution.origins import read_origins
 from marin_dagster.execution.status import StepStatus, read_status
 from resources.storage import StorageResource
 from resources.zephyr import ZephyrResource
@@ -111,6 +112,10 @@ def test_hub_dataset_asset_records_the_commit_and_skips_when_unchanged(tmp_path)
             assert [os.path.relpath(p, meta["path"]) for p in dataset_files(meta["path"])] == [
                 "data/train-00000-of-00001.jsonl"
             ]
+            assert read_origins(meta["path"]) == {
+                "data/train-00000-of-00001.jsonl": f"hf://datasets/someone/tiny@{meta['revision']}"
+                "/data/train-00000-of-00001.jsonl"
+            }
             # a commit that leaves the train files as they were: same version, skipped
             again_asset = as_dataset("someone/tiny", split="train")
             assert _version(again_asset) == _version(raw)
@@ -149,6 +154,10 @@ def test_gs_dataset_through_the_emulator_into_a_gs_prefix(gcs_prefix):
     ]
     assert read_status(meta["path"]).status == StepStatus.SUCCESS
     assert fs.read_bytes(f"{meta['path']}/1.jsonl.zst") == zstandard.compress(_jsonl(TEXTS[:3]))
+    assert read_origins(meta["path"]) == {
+        "0.jsonl.zst": f"{gcs_prefix}/src/web/0.jsonl.zst",
+        "1.jsonl.zst": f"{gcs_prefix}/src/web/1.jsonl.zst",
+    }
 
 
 def test_http_dataset_asset(tmp_path):
@@ -241,3 +250,45 @@ def test_as_dataset_names(tmp_path):
     assert dataset_name(str(tmp_path / "corpus")) == "raw/corpus"
     with pytest.raises(TypeError, match="an asset or a string"):
         as_dataset(42)  # type: ignore[arg-type]
+
+
+def test_a_broken_line_in_a_fetched_file_names_the_original_to_fix(tmp_path):
+    """The tokenizer meets a broken line in the dataset's copy of the user's file: its error
+    names the copy and the line, and a note names the original, which is what to fix. After
+    fixing the original, the dataset gets a new version and the rerun goes through."""
+    src = tmp_path / "corpus"
+    src.mkdir()
+    lines = _jsonl(TEXTS * 30).splitlines(keepends=True)  # 180 records
+    broken = b'{"id": "x", "text": "never closed\n'
+    # past the 100 records the dataset step checks, so the tokenizer is the one to meet it
+    (src / "docs.jsonl").write_bytes(b"".join(lines[:150] + [broken] + lines[150:]))
+    prefix = str(tmp_path / "data")
+    raw = dataset("raw/notes", str(src))
+    tok = tokenizer("tokenizers/notes", source=raw, vocab_size=300)
+    copy = os.path.join(
+        StorageResource(prefix=prefix).output_path("raw/notes", _version(raw)), "docs.jsonl"
+    )
+    note = f"{copy} is raw/notes's copy of {src / 'docs.jsonl'}: a fix belongs there"
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, tok], instance=instance, resources=_resources(prefix), raise_on_error=False
+        )
+        assert not result.success
+        error = result.get_step_failure_events()[0].step_failure_data.error
+        message = error.cause.message if error.cause else error.message
+        record = read_status(
+            StorageResource(prefix=prefix).output_path("tokenizers/notes", _version(tok))
+        )
+        for failure in (message, record.error):
+            assert f"{copy}: record 150 (line 151 for JSONL)" in failure
+            assert note in failure and "new version" in failure
+        assert read_status(os.path.dirname(copy)).status == StepStatus.SUCCESS
+
+        # the original fixed: a new dataset version, fetched, and the tokenizer trains on it
+        (src / "docs.jsonl").write_bytes(b"".join(lines))
+        raw_fixed = dataset("raw/notes", str(src))
+        tok_fixed = tokenizer("tokenizers/notes", source=raw_fixed, vocab_size=300)
+        assert _version(raw_fixed) != _version(raw)
+        ok = dg.materialize([raw_fixed, tok_fixed], instance=instance, resources=_resources(prefix))
+        assert _meta(ok, raw_fixed)["documents"] == 180
+        assert _meta(ok, tok_fixed)["skipped"] is False
