@@ -26,22 +26,19 @@ from typing import Any
 import dagster as dg
 
 from marin_dagster.datasets.sources import (
-    FileFetch,
     ResolvedSource,
     SourceError,
-    check_text_field,
-    count_records,
-    fetch_file,
     fetch_summary,
     parse_source,
     preview,
     resolve,
 )
+from marin_dagster.datasets.tasks import RESOLVED, FetchJob, fetch_one
 from marin_dagster.execution.asset import StepContext, check_name, versioned_asset
 from marin_dagster.execution.origins import write_origins
 from marin_dagster.execution.version import StepConfig, unversioned
 from marin_dagster.iris import ResourceConfig
-from marin_dagster.zephyr import Dataset, InputError, ShardFailedError, get_shared
+from marin_dagster.zephyr import Dataset, InputError, ShardFailedError
 
 # Counting documents reads every JSON lines or CSV file once more; past this size the count
 # is left out of the metadata (Parquet counts come from the footers whatever the size).
@@ -127,28 +124,6 @@ def _run(
 
 
 @dataclasses.dataclass(frozen=True)
-class _FetchJob:
-    """One Zephyr task: fetch one file, check its text field, count its records."""
-
-    index: int
-    output_path: str
-    text_key: str
-    count: bool
-    source: str  # as the user gave it, for errors
-
-
-def _fetch_one(job: _FetchJob) -> tuple[FileFetch, int, int | None]:
-    # The resolved source comes as a shared object: one copy per worker, not per file.
-    resolved = get_shared(_RESOLVED)
-    done = fetch_file(resolved, resolved.files[job.index], job.output_path)
-    checked = check_text_field([done.path], job.text_key, source=job.source, allow_empty=True)
-    return done, checked, count_records(done.path) if job.count else None
-
-
-_RESOLVED = "assets.dataset/resolved"
-
-
-@dataclasses.dataclass(frozen=True)
 class _Fetched:
     files: list[str]
     downloaded: list[str]
@@ -166,14 +141,14 @@ def _fetch(
         f.format == "parquet" for f in resolved.files
     )
     jobs = [
-        _FetchJob(i, output_path, config.text_key, count, config.source)
+        FetchJob(i, output_path, config.text_key, count, config.source)
         for i in range(len(resolved.files))
     ]
-    pipeline = Dataset.from_list(jobs).reshard(len(jobs)).map(_fetch_one)
+    pipeline = Dataset.from_list(jobs).reshard(len(jobs)).map(fetch_one)
     zephyr = step.resources.zephyr
     try:
         ran = zephyr.execute(
-            pipeline, context=step.dagster, shared={_RESOLVED: resolved}, output_path=output_path
+            pipeline, context=step.dagster, shared={RESOLVED: resolved}, output_path=output_path
         )
     except ShardFailedError as e:
         # A source that cannot be fetched or read is the user's to fix: report it as itself.

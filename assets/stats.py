@@ -23,9 +23,7 @@ import pyarrow.parquet as pq
 
 from marin_dagster import fs
 from marin_dagster.ducky import catalog
-from marin_dagster.ducky.connection import connect
-from marin_dagster.ducky.stats import dataset_stats as compute_stats
-from marin_dagster.ducky.stats import stats_tables
+from marin_dagster.ducky.stats import measure, stats_tables
 from marin_dagster.execution.asset import StepContext, step_for, versioned_asset
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.version import StepConfig
@@ -81,16 +79,6 @@ def _markdown(datasets: pa.Table) -> str:
     return "\n".join(rows)
 
 
-def _measure(job: tuple[Any, str]) -> Any:
-    """The statistics of one dataset (a Zephyr task): a DuckDB view over its files."""
-    dataset, root = job
-    con = connect([dataset], root)
-    try:
-        return compute_stats(con, dataset)
-    finally:
-        con.close()
-
-
 def _make_run(roles: Mapping[str, Any]):
     def run(
         config: DatasetStatsConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
@@ -115,7 +103,7 @@ def _make_run(roles: Mapping[str, Any]):
         root = step.resources.storage.root
         zephyr = step.resources.zephyr
         ran = zephyr.execute(
-            ZephyrDataset.from_list([(d, root) for d in found]).reshard(len(found)).map(_measure),
+            ZephyrDataset.from_list([(d, root) for d in found]).reshard(len(found)).map(measure),
             context=step.dagster,
             output_path=output_path,
         )

@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from marin_dagster.ducky.catalog import TOKEN_CACHE, Dataset
-from marin_dagster.ducky.connection import quote_ident
+from marin_dagster.ducky.connection import connect, quote_ident
 
 DATASETS_SCHEMA = pa.schema(
     [
@@ -104,6 +104,17 @@ def dataset_stats(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> DatasetSt
         for b, count in buckets
     ]
     return DatasetStats(row, histogram)
+
+
+def measure(job: tuple[Dataset, str]) -> DatasetStats:
+    """The statistics of one dataset under a prefix: a Zephyr task of `dataset_stats`, here
+    rather than in `assets/` so a worker unpickling it does not import Dagster."""
+    dataset, prefix = job
+    con = connect([dataset], prefix)
+    try:
+        return dataset_stats(con, dataset)
+    finally:
+        con.close()
 
 
 def stats_tables(results: list[DatasetStats]) -> tuple[pa.Table, pa.Table]:
