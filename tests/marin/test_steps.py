@@ -98,6 +98,7 @@ EXPERIMENT = """
 import dataclasses, json, os
 
 from marin_dagster.marin import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
+from marin_dagster.zephyr import Dataset, ZephyrContext
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,11 +116,18 @@ def make(config):
         f.write("\\n".join(f"line {i}" for i in range(config.lines)))
 
 
+def _numbered(line):
+    return {"n": int(line.split()[1])}
+
+
 def count(config):
     with open(os.environ["RUNS_LOG"], "a") as f:
         f.write("count\\n")
     with open(config["input"]) as f:
-        n = len(f.read().splitlines())
+        lines = f.read().splitlines()
+    # a function of this file in Zephyr's workers: by value, wherever the file was loaded from
+    with ZephyrContext(max_workers=1) as ctx:
+        n = len(ctx.execute(Dataset.from_list(lines).map(_numbered)).results)
     with open(os.path.join(config["output"], "count.json"), "w") as f:
         json.dump({"lines": n}, f)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,8 +43,50 @@ class Backend(Protocol):
     def shutdown(self) -> None: ...
 
 
+_EXAMINED: set[str] = set()
+_MODULES_SEEN = 0
+
+
+def _importable(name: str) -> bool:
+    # importlib's own search without its sys.modules shortcut: the path, and finders such
+    # as an editable install's, which a worker has too
+    return any(
+        getattr(finder, "find_spec", None) is not None and finder.find_spec(name, None) is not None
+        for finder in sys.meta_path
+    )
+
+
+def pickle_file_modules_by_value() -> None:
+    """Make functions of modules that a worker cannot import by name pickle by value.
+
+    `dagster dev -f exp.py` and `dagster job execute -f exp.py` load an experiment file as a
+    top-level module whose folder need not be on sys.path. A worker's import path is the
+    driver's, so it could not import that module to unpickle a function defined there
+    (cloudpickle does for `__main__` what this does for such modules)."""
+    global _MODULES_SEEN
+    if len(sys.modules) == _MODULES_SEEN:
+        return  # nothing imported since the last look (a task per shard comes through here)
+    _MODULES_SEEN = len(sys.modules)
+    new = [n for n in list(sys.modules) if "." not in n and n not in _EXAMINED]
+    path = {os.path.abspath(p or os.curdir) for p in sys.path}
+    for name in new:
+        _EXAMINED.add(name)
+        module = sys.modules.get(name)
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        if name == "__main__" or not isinstance(origin, str) or not origin.endswith(".py"):
+            continue
+        folder = os.path.dirname(os.path.abspath(origin))
+        if (
+            os.path.basename(origin) != "__init__.py"
+            and folder not in path
+            and not _importable(name)
+        ):
+            cloudpickle.register_pickle_by_value(module)
+
+
 def share_as_file(obj: Any, folder: str) -> FileShared:
     """Pickle `obj` once into `folder`: workers on this machine load it from there."""
+    pickle_file_modules_by_value()
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{uuid.uuid4().hex}.pkl")
     tmp = path + ".tmp"
@@ -55,6 +98,7 @@ def share_as_file(obj: Any, folder: str) -> FileShared:
 
 def dumps_task(task: Task) -> bytes:
     # cloudpickle: user functions are lambdas and closures from experiment files.
+    pickle_file_modules_by_value()
     return cloudpickle.dumps(task)
 
 
