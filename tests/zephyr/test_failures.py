@@ -145,6 +145,34 @@ def test_unguarded_script_runs_once(tmp_path) -> None:
     assert out.splitlines() == ["body", "[2, 4, 6]"]
 
 
+def test_a_failed_shard_is_the_only_error_printed(tmp_path) -> None:
+    """When one shard fails, the driver stops listening to the others: a worker that
+    finishes its shard afterwards leaves quietly, with no traceback of its own (a
+    BrokenPipeError) printed above the real error."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "experiment.py"
+    script.write_text(
+        "import time\n"
+        "from marin_dagster.zephyr import Dataset, ZephyrContext\n"
+        "def work(x):\n"
+        "    if x == 0:\n"
+        "        raise ValueError('the real error')\n"
+        "    time.sleep(1.5)\n"
+        "    return x\n"
+        "if __name__ == '__main__':\n"
+        "    with ZephyrContext(max_workers=2) as ctx:\n"
+        "        ctx.execute(Dataset.from_list([0, 1]).reshard(2).map(work))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and "the real error" in proc.stderr
+    # the pipe closes when every worker has exited: their output is all here
+    assert "BrokenPipe" not in proc.stderr and "worker.py" not in proc.stderr, proc.stderr
+
+
 def test_killed_ray_worker_gives_exactly_once_output(ray_ctx: ZephyrContext, tmp_path) -> None:
     pattern = _inputs(tmp_path, shards=3, rows=30)
     ds = (

@@ -54,11 +54,16 @@ def serve(conn: multiprocessing.connection.Connection) -> None:
             return
         task = load_task(payload)
         if isinstance(task, bytes):
-            conn.send_bytes(task)
-            continue
-        with pinned(task.cpu_set, all_cores):
-            result = run_loaded_task(task)
-        conn.send_bytes(result)
+            answer = task  # why the task could not be loaded
+        else:
+            with pinned(task.cpu_set, all_cores):
+                answer = run_loaded_task(task)
+        try:
+            conn.send_bytes(answer)
+        except OSError:
+            # The driver stopped listening (another shard failed, the run was cancelled):
+            # nobody wants this answer, and a traceback here would bury the real error.
+            return
 
 
 def main() -> None:
