@@ -11,11 +11,12 @@ import dataclasses
 
 from marin_dagster.datasets.sources import (
     FileFetch,
+    SourceError,
     check_text_field,
     count_records,
     fetch_file,
 )
-from marin_dagster.zephyr import get_shared
+from marin_dagster.zephyr import InputError, get_shared
 
 RESOLVED = "datasets.tasks/resolved"
 """The shared object holding the ResolvedSource: one copy per worker, not one per file."""
@@ -34,6 +35,17 @@ class FetchJob:
 
 def fetch_one(job: FetchJob) -> tuple[FileFetch, int, int | None]:
     resolved = get_shared(RESOLVED)
-    done = fetch_file(resolved, resolved.files[job.index], job.output_path)
-    checked = check_text_field([done.path], job.text_key, source=job.source, allow_empty=True)
-    return done, checked, count_records(done.path) if job.count else None
+    f = resolved.files[job.index]
+    done = fetch_file(resolved, f, job.output_path)
+    try:
+        checked = check_text_field([done.path], job.text_key, source=job.source, allow_empty=True)
+        return done, checked, count_records(done.path) if job.count else None
+    except (SourceError, InputError) as e:
+        # The copy holds the original's bytes, so its lines are the original's: name the
+        # file the user can fix, not the copy (editing the copy would change nothing).
+        original = resolved.origin(f)
+        if isinstance(e, SourceError):
+            raise SourceError(
+                e.source, e.detail.replace(done.path, original), factory=e.factory
+            ) from None
+        raise InputError(str(e).replace(done.path, original)) from None

@@ -98,7 +98,10 @@ def read_records(path: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord | 
             try:
                 yield index, json.loads(line)
             except json.JSONDecodeError as e:
-                yield index, BadRecord(f"not valid JSON ({e.msg} at column {e.colno})")
+                yield (
+                    index,
+                    BadRecord(f"not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno})"),
+                )
 
 
 def document_id(record: dict[str, Any], id_key: str | None, text: str) -> str:

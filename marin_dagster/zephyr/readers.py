@@ -227,7 +227,7 @@ def _bad_line(path: str, lineno: int, line: bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(
-            f"{path}: line {lineno}: invalid JSON ({e.msg} at column {e.colno}); "
+            f"{path}: line {lineno}: invalid JSON ({e.msg.removesuffix(' at')} at column {e.colno}); "
             "fix or remove that line"
         ) from None
 

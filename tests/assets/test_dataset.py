@@ -204,7 +204,9 @@ def test_a_missing_text_field_fails_the_run_before_success(tmp_path):
     record = read_status(output)
     assert record.status == StepStatus.FAILED
     for failure in (error.cause.message, record.error):
-        assert f"dataset source '{src}'" in failure and "line 1 of" in failure
+        # the user's file, not the dataset's copy of it: that is the file to fix
+        assert f"dataset source '{src}'" in failure and f"line 1 of {src} " in failure
+        assert output not in failure
         assert "no field 'text'" in failure and "['body', 'id']" in failure
         assert "text_key=" in failure
     # the same source with its text field named: another config, the same bytes, SUCCESS
@@ -292,3 +294,22 @@ def test_a_broken_line_in_a_fetched_file_names_the_original_to_fix(tmp_path):
         ok = dg.materialize([raw_fixed, tok_fixed], instance=instance, resources=_resources(prefix))
         assert _meta(ok, raw_fixed)["documents"] == 180
         assert _meta(ok, tok_fixed)["skipped"] is False
+
+
+def test_a_broken_line_the_dataset_step_meets_names_the_users_file(tmp_path):
+    src = tmp_path / "notes.jsonl"
+    lines = _jsonl(TEXTS).splitlines(keepends=True)
+    src.write_bytes(b"".join(lines[:2] + [b'{"id": "x", "text": "tab\there"}\n'] + lines[2:]))
+    raw = dataset("raw/notes", str(src))
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw],
+            instance=instance,
+            resources=_resources(str(tmp_path / "data")),
+            raise_on_error=False,
+        )
+    assert not result.success
+    output = StorageResource(prefix=str(tmp_path / "data")).output_path("raw/notes", _version(raw))
+    failure = read_status(output).error
+    assert f"{src}: line 3: invalid JSON (Invalid control character at column 25)" in failure
+    assert output not in failure
