@@ -14,11 +14,11 @@ import pydantic
 from marin_dagster import fs
 from marin_dagster.datasets.files import dataset_files
 from marin_dagster.execution.asset import StepContext, versioned_asset
-from marin_dagster.execution.version import StepConfig
+from marin_dagster.execution.version import StepConfig, added_later
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.tokenize import TokenCache
 from marin_dagster.tokenize.build import build_token_cache
-from marin_dagster.tokenize.records import held_out, iter_documents, read_records
+from marin_dagster.tokenize.records import RecordCounts, held_out, iter_documents, read_records
 from marin_dagster.tokenize.tokenizer import (
     DEFAULT_EOS,
     TOKENIZER_FILE,
@@ -42,6 +42,9 @@ class TokenizerConfig(StepConfig):
     pretrained: str | None = None
     """A tokenizer.json path or a hub name, used instead of training."""
     pretrained_sha256: str | None = None
+    skip_bad_records: bool = added_later(False)
+    """Skip records that cannot be read (broken JSON, no text field) and count them, rather
+    than fail naming the first; the same option as `tokenized`'s."""
 
     @pydantic.field_validator("special_tokens", mode="before")
     @classmethod
@@ -49,10 +52,16 @@ class TokenizerConfig(StepConfig):
         return tuple(value) if isinstance(value, list) else value
 
 
-def _texts(files: list[str], text_key: str, held: list[str]) -> Iterator[str]:
+def _texts(
+    files: list[str], config: TokenizerConfig, held: list[str], counts: RecordCounts
+) -> Iterator[str]:
     """Training texts, streamed; documents in the held-out fraction go to `held` instead."""
     for path in files:
-        for doc in iter_documents(read_records(path), path, text_key):
+        skip = config.skip_bad_records
+        docs = iter_documents(
+            read_records(path), path, config.text_key, skip_bad_records=skip, counts=counts
+        )
+        for doc in docs:
             if held_out(doc.doc_id, HELD_OUT_FRACTION):
                 held.append(doc.text[:HELD_OUT_CHARS])
             else:
@@ -63,15 +72,16 @@ def _run_tokenizer(
     config: TokenizerConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
     held: list[str] = []
+    counts = RecordCounts()
     if config.pretrained:
         tok = load_tokenizer(config.pretrained)
         save_tokenizer(tok, output_path, {"pretrained": config.pretrained})
         if "source" in inputs:
-            for _ in _texts(dataset_files(inputs["source"]), config.text_key, held):
+            for _ in _texts(dataset_files(inputs["source"]), config, held, counts):
                 pass
     else:
         trained = train_tokenizer(
-            _texts(dataset_files(inputs["source"]), config.text_key, held),
+            _texts(dataset_files(inputs["source"]), config, held, counts),
             output_path,
             vocab_size=config.vocab_size,
             special_tokens=config.special_tokens,
@@ -79,6 +89,8 @@ def _run_tokenizer(
             max_documents=config.max_documents,
         )
         tok = trained.tokenizer
+    if counts.bad:
+        step.log.warning(f"tokenizer: skipped {counts.bad:,} bad record(s) (skip_bad_records)")
     info = describe_tokenizer(tok, held[:16] or ["To be, or not to be, that is the question."])
     step.log.info(
         f"tokenizer: vocab {info['vocab_size']}, {info['bytes_per_token']:.2f} bytes/token"
@@ -88,6 +100,7 @@ def _run_tokenizer(
         "eos_id": info["eos_id"],
         "bytes_per_token": round(info["bytes_per_token"], 4),
         "held_out_documents": len(held),
+        "bad_records": counts.bad,
         "tokenizer_json": dg.MetadataValue.path(fs.join(output_path, TOKENIZER_FILE)),
         "examples": dg.MetadataValue.md(examples_markdown(info["examples"])),
     }

@@ -38,10 +38,23 @@ def unversioned(default: Any = pydantic_core.PydanticUndefined, **kwargs: Any) -
 # The same declaration for a dataclass field: `field(default=None, metadata=UNVERSIONED)`.
 UNVERSIONED: Mapping[str, bool] = {_UNVERSIONED: True}
 
+_ADDED_LATER = "marin_added_later"
+
+
+def added_later(default: Any, **kwargs: Any) -> Any:
+    """A `StepConfig` field added after steps were built with the config: at `default` (which
+    must do what the config did without the field) it stays out of the version, so those
+    steps keep theirs and are not redone; any other value enters it."""
+    return pydantic.Field(default, json_schema_extra={_ADDED_LATER: True}, **kwargs)
+
+
+def _marked(field: pydantic.fields.FieldInfo, mark: str) -> bool:
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get(mark))
+
 
 def _is_unversioned_pydantic(field: pydantic.fields.FieldInfo) -> bool:
-    extra = field.json_schema_extra
-    return isinstance(extra, dict) and bool(extra.get(_UNVERSIONED))
+    return _marked(field, _UNVERSIONED)
 
 
 def versioned_fields(config: Any) -> dict[str, Any]:
@@ -52,6 +65,7 @@ def versioned_fields(config: Any) -> dict[str, Any]:
             name: canonical(getattr(config, name))
             for name, field in fields.items()
             if not _is_unversioned_pydantic(field)
+            and not (_marked(field, _ADDED_LATER) and getattr(config, name) == field.default)
         }
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return {

@@ -286,6 +286,12 @@ def test_a_broken_line_in_a_fetched_file_names_the_original_to_fix(tmp_path):
             assert note in failure and "new version" in failure
         assert read_status(os.path.dirname(copy)).status == StepStatus.SUCCESS
 
+        # or, as the error offers, skip such records and count them
+        skipping = tokenizer("tokenizers/notes", source=raw, vocab_size=300, skip_bad_records=True)
+        assert _version(skipping) != _version(tok)
+        skipped = dg.materialize([raw, skipping], instance=instance, resources=_resources(prefix))
+        assert _meta(skipped, skipping)["bad_records"] == 1
+
         # the original fixed: a new dataset version, fetched, and the tokenizer trains on it
         (src / "docs.jsonl").write_bytes(b"".join(lines))
         raw_fixed = dataset("raw/notes", str(src))

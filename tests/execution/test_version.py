@@ -7,7 +7,13 @@ import dataclasses
 import pydantic
 import pytest
 
-from marin_dagster.execution.version import StepConfig, canonical, compute_version, unversioned
+from marin_dagster.execution.version import (
+    StepConfig,
+    added_later,
+    canonical,
+    compute_version,
+    unversioned,
+)
 
 
 class Config(StepConfig):
@@ -39,6 +45,20 @@ def test_unversioned_fields_do_not_change_the_version():
     assert compute_version("k", Config(max_workers=1)) == compute_version(
         "k", Config(max_workers=64)
     )
+
+
+class ConfigWithANewField(StepConfig):
+    vocab_size: int = 8192
+    lowercase: bool = False
+    max_workers: int = unversioned(4)
+    skip_bad_records: bool = added_later(False)
+
+
+def test_a_field_added_later_keeps_old_versions_at_its_default():
+    """Steps built before the field existed are not redone; a new value is a new version."""
+    assert compute_version("k", ConfigWithANewField()) == compute_version("k", Config())
+    changed = compute_version("k", ConfigWithANewField(skip_bad_records=True))
+    assert changed != compute_version("k", Config())
 
 
 def test_every_versioned_field_and_input_changes_the_version():
