@@ -227,6 +227,14 @@ def _run_tokenized(
     for split, s in stats.splits.items():
         meta[f"{split}_tokens"] = s["num_tokens"]
         meta[f"{split}_documents"] = s["num_docs"]
+    if config.validation_fraction > 0 and not meta.get("validation_documents"):
+        # Training evaluates on this split by default and would fail only then, much later.
+        step.log.warning(
+            f"the validation split is empty: no document of {stats.num_docs:,} fell in the "
+            f"held-out {config.validation_fraction:.0%} (chosen by a hash of each id); raise "
+            "validation=..., give validation=<a dataset asset>, or evaluate on other datasets "
+            "(train_lm's evals=[...])"
+        )
     return {**meta, **zephyr.metadata(zephyr_context)}
 
 

@@ -214,7 +214,9 @@ def open_eval_sets(
         if n == 0:
             raise TrainInputError(
                 f"validation[{name!r}]: {path!r} split {split!r} holds {cache.num_tokens} tokens, fewer "
-                f"than one sequence of seq_len={seq_len}"
+                f"than one sequence of seq_len={seq_len}: give the split more data (a larger "
+                "validation fraction when tokenizing, or a validation dataset of its own) or "
+                "validate on other token caches (train_lm's evals=[...])"
             )
         bpt = (bytes_per_token_override or {}).get(name) or bytes_per_token(path, split, cache)
         out.append(EvalSet(name, path, cache, n, bpt))

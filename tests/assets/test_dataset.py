@@ -319,3 +319,25 @@ def test_a_broken_line_the_dataset_step_meets_names_the_users_file(tmp_path):
     failure = read_status(output).error
     assert f"{src}: line 3: invalid JSON (Invalid control character at column 25)" in failure
     assert output not in failure
+
+
+def test_an_empty_validation_split_is_reported_when_tokenizing(tmp_path):
+    """Six documents, none of which falls in the held-out 5%: the tokenize step says so,
+    with what to do, instead of training failing on it later."""
+    src = tmp_path / "notes.jsonl"
+    src.write_bytes(_jsonl(TEXTS))
+    raw = dataset("raw/notes", str(src))
+    tok = tokenizer("tokenizers/notes", source=raw, vocab_size=300)
+    ds = tokenized("tokenized/notes", source=raw, tokenizer=tok)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, tok, ds], instance=instance, resources=_resources(str(tmp_path / "data"))
+        )
+        assert _meta(result, ds)["validation_documents"] == 0
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.step_key == ds.op.name and "validation split is empty" in e.user_message
+        ]
+    assert len(warnings) == 1 and "no document of 6" in warnings[0]
+    assert "validation=" in warnings[0] and "evals=" in warnings[0]

@@ -104,3 +104,9 @@ def test_eval_sets_know_bytes_per_token(caches: dict[str, str]) -> None:
     assert over.bytes_per_token == 2.0
     with pytest.raises(TrainInputError, match=r"validation\['b'\]"):
         open_eval_sets({"b": caches["b"]}, SEQ, "validation")
+
+
+def test_a_validation_split_under_one_sequence_says_what_to_do(tmp_path) -> None:
+    small = write_cache(str(tmp_path / "small"), 50, 400, seed=4, validation_tokens=SEQ - 1)
+    with pytest.raises(TrainInputError, match=r"fewer than one sequence of seq_len=16: .*evals="):
+        open_eval_sets({"small": small}, SEQ, "validation")
