@@ -30,6 +30,11 @@ def _experiment_name() -> str:
     return re.sub(r"\W", "_", stem) or "steps"
 
 
+class PlanError(ValueError):
+    """What was asked of the runner cannot be planned (a run_only that matches nothing, steps
+    that failed before with force_run_failed off); the message says what to do."""
+
+
 class StepRunner:
     """Marin's StepRunner: `run(steps)` materializes the steps and their dependencies."""
 
@@ -42,12 +47,18 @@ class StepRunner:
         dependencies whose names match a `run_only` regex) and all they depend on."""
         leaves = [lower(s) for s in steps]
         if run_only:
-            patterns = [re.compile(p) for p in run_only]
+            try:
+                patterns = [re.compile(p) for p in run_only]
+            except re.error as e:
+                raise PlanError(
+                    f"run_only {e.pattern!r} is not a regular expression: {e}"
+                ) from None
             matched = [
                 s.asset for s in upstream_closure(leaves) if any(p.search(s.name) for p in patterns)
             ]
             if not matched:
-                raise ValueError(f"run_only {list(run_only)} matches no step")
+                names = ", ".join(s.name for s in upstream_closure(leaves))
+                raise PlanError(f"run_only {list(run_only)} matches no step; the steps: {names}")
             leaves = matched
         return upstream_closure(leaves)
 
@@ -89,7 +100,7 @@ class StepRunner:
             s.name for s in plan if states[s.name] and states[s.name].status == StepStatus.FAILED
         ]
         if failed and not force_run_failed:
-            raise RuntimeError(
+            raise PlanError(
                 f"steps {failed} FAILED before; rerun with force_run_failed=True "
                 "(--force_run_failed true) to try them again"
             )
@@ -129,9 +140,12 @@ def executor_main(
     steps = list(getattr(config, "steps", None) or steps)
     if not steps:
         parser.error("executor_main: no steps given (executor_main(steps=[...]))")
-    return StepRunner(prefix=args.prefix).run(
-        steps,
-        dry_run=args.dry_run,
-        run_only=args.run_only,
-        force_run_failed=args.force_run_failed,
-    )
+    try:
+        return StepRunner(prefix=args.prefix).run(
+            steps,
+            dry_run=args.dry_run,
+            run_only=args.run_only,
+            force_run_failed=args.force_run_failed,
+        )
+    except PlanError as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")  # a flag's mistake, not a traceback

@@ -17,12 +17,14 @@ from marin_dagster.marin import (
     ExecutorStep,
     InputName,
     StepRunner,
+    executor_main,
     instantiate,
     lower,
     output_path_of,
     this_output_path,
     versioned,
 )
+from marin_dagster.marin.runner import PlanError
 from tests.conftest import REPO, subprocess_env
 
 DAGSTER = os.path.join(os.path.dirname(sys.executable), "dagster")
@@ -243,8 +245,31 @@ def test_step_runner_reports_a_step_that_fails(tmp_path, monkeypatch):
     step = ExecutorStep("t/broken", broken, Cfg(this_output_path(), versioned(1)))
     with pytest.raises(Exception, match="the step's own error"):
         StepRunner(prefix=str(tmp_path / "data")).run([step])
-    with pytest.raises(RuntimeError, match="FAILED before"):
+    with pytest.raises(PlanError, match="FAILED before"):
         StepRunner(prefix=str(tmp_path / "data")).run([step], force_run_failed=False)
+
+
+def test_executor_main_answers_a_flag_it_cannot_honour_with_an_error_not_a_traceback(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+
+    def broken(config: Cfg) -> None:
+        raise RuntimeError("the step's own error")
+
+    step = ExecutorStep("t/broken", broken, Cfg(this_output_path(), versioned(1)))
+    prefix = ["--prefix", str(tmp_path / "data")]
+    with pytest.raises(Exception, match="the step's own error"):
+        executor_main(steps=[step], argv=prefix)
+    for flags, message in [
+        (["--force_run_failed", "false"], "steps ['t/broken'] FAILED before; rerun with"),
+        (["--run_only", "nomatch"], "run_only ['nomatch'] matches no step; the steps: t/broken"),
+        (["--run_only", "(unclosed"], "run_only '(unclosed' is not a regular expression"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            executor_main(steps=[step], argv=[*prefix, *flags])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and message in err and "Traceback" not in err, err
 
 
 SEED = """
