@@ -6,7 +6,7 @@ reader) so that a line of invalid UTF-8 or broken JSON is one bad record
 crash of the whole shard.
 
 Formats: JSON lines (``.jsonl``/``.json``, optionally ``.gz``/``.zst``/``.bz2``/
-``.xz``) and Parquet (``.parquet``). A JSONL record's index is its 0-based
+``.xz``), Parquet (``.parquet``) and CSV (``.csv``). A JSONL record's index is its 0-based
 line number; blank lines are not records.
 """
 
@@ -18,9 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from marin_dagster.zephyr.readers import compression_of, iter_parquet_batches, open_input
-
-_PARQUET_BATCH = 1024
+from marin_dagster.zephyr.readers import detect_format, iter_file_records, open_input
 
 
 class BadRecordError(ValueError):
@@ -70,22 +68,18 @@ def read_records(path: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord | 
     naming it; it is never read as a shorter file, and it is not a bad record
     that ``skip_bad_records`` could skip.
     """
-    base = path
-    compression = compression_of(path)
-    if compression is not None:
-        base = path[: path.rindex(".")]
-    if base.endswith(".parquet"):
-        index = 0
-        for batch in iter_parquet_batches(path):
-            for row in batch.to_pylist():
-                yield index, row
-                index += 1
-        return
-    if not (base.endswith(".jsonl") or base.endswith(".json") or base.endswith(".ndjson")):
+    try:
+        fmt = detect_format(path)
+    except ValueError:
         raise ValueError(
             f"{path}: unsupported input format; the token cache reads JSON lines "
-            "(.jsonl, .jsonl.gz, .jsonl.zst) and Parquet (.parquet)"
-        )
+            "(.jsonl, .jsonl.gz, .jsonl.zst), Parquet (.parquet) and CSV (.csv)"
+        ) from None
+    if fmt != "jsonl":
+        # Parquet and CSV rows come whole or the file is unreadable (InputError): no line
+        # of theirs is a bad record on its own.
+        yield from enumerate(iter_file_records(path, fmt))
+        return
     with open_input(path) as f:
         for index, raw in enumerate(f):
             if not raw.strip():

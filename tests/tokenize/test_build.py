@@ -273,6 +273,18 @@ def test_parquet_input_and_glob(tmp_path, shakespeare_records, bpe_dir):
         build_token_cache(str(tmp_path / "none" / "*.jsonl"), bpe_dir, str(tmp_path / "d"))
 
 
+def test_csv_input(tmp_path, shakespeare_records, bpe_dir):
+    """CSV, as `dataset(...)` fetches it: its rows are the documents, in order."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    rows = [{"id": r["id"], "text": r["text"]} for r in shakespeare_records[:20]]
+    pacsv.write_csv(pa.Table.from_pylist(rows), str(tmp_path / "plays.csv"))
+    build_token_cache([str(tmp_path / "plays.csv")], bpe_dir, str(tmp_path / "c"))
+    tok = load_tokenizer(bpe_dir)
+    assert decoded_docs(TokenCache.open(str(tmp_path / "c")), tok) == [r["text"] for r in rows]
+
+
 def test_gcs_cache_through_the_emulator(tmp_path, gcs_prefix, shakespeare_shards, bpe_dir):
     from marin_dagster import fs
 
