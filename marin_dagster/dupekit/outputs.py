@@ -6,7 +6,8 @@ record, one marks file per input file. Then each input file is read once more
 beside its marks and written as
 
 - `documents/{relative path}`: the records kept (document modes) or with
-  their duplicate paragraphs cut out (paragraph mode), fields unchanged;
+  their duplicate paragraphs cut out (paragraph mode), fields unchanged, in the
+  input file's format (JSON lines, Parquet or CSV);
 - `attributes/{relative path, as .jsonl.gz}`: one record per input record,
   same order.
 
@@ -26,12 +27,16 @@ from marin_dagster import fs
 from marin_dagster.dupekit.records import SourceFile, iter_docs, key_id
 from marin_dagster.zephyr import counters
 from marin_dagster.zephyr.readers import iter_jsonl
-from marin_dagster.zephyr.writers import write_jsonl
+from marin_dagster.zephyr.writers import write_csv, write_jsonl, write_parquet
 
 
 def attributes_name(relative: str) -> str:
     """The attributes file of an input file: same name, always gzipped JSONL."""
-    return re.sub(r"\.(jsonl|json|ndjson)(\.gz|\.zst)?$", "", relative) + ".jsonl.gz"
+    stem = re.sub(r"\.(jsonl|json|ndjson|parquet|pq|csv|tsv)(\.[a-z0-9]+)?$", "", relative)
+    return stem + ".jsonl.gz"
+
+
+_WRITERS = {"jsonl": write_jsonl, "parquet": write_parquet, "csv": write_csv}
 
 
 def marks_path(marks_dir: str, file_index: int) -> str:
@@ -137,7 +142,7 @@ class WriteOutputs:
                 filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0
             ) as attributes,
         ):
-            kept = write_jsonl(documents_path, docs(attributes))
+            kept = _WRITERS[source.format](documents_path, docs(attributes))
             if pending is not None:
                 raise ValueError(
                     f"{source.path}: marks name record {pending[0]}, which the file "

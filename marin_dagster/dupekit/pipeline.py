@@ -171,12 +171,12 @@ def deduplicate(
     backend: str = "local",
     context: ZephyrContext | None = None,
 ) -> DedupResult:
-    """Deduplicate JSONL documents into `output_path` (see docs/dupekit.md for the layout).
+    """Deduplicate documents into `output_path` (see docs/dupekit.md for the layout).
 
-    `source_files`: a glob, a file, or a list of files (JSONL, plain/.gz/.zst). `config`
-    decides the output; how it runs does not: the run uses `context` if given (its
-    workers, backend and progress), else a ZephyrContext of `max_workers` on `backend`,
-    shut down at the end.
+    `source_files`: a glob, a file, or a list of files (JSONL, plain/.gz/.zst; Parquet; CSV;
+    each file's documents are written back in its format). `config` decides the output;
+    how it runs does not: the run uses `context` if given (its workers, backend and
+    progress), else a ZephyrContext of `max_workers` on `backend`, shut down at the end.
     """
     sources = resolve_sources(source_files)
     output_path = fs.normalize(output_path)

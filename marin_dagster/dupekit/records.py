@@ -20,21 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin_dagster import fs
-from marin_dagster.zephyr.readers import Cursor, iter_jsonl
+from marin_dagster.zephyr.readers import Cursor, detect_format, iter_file_records
 
 _INT_OFFSET = 1 << 63
 _SEP = "\x00"
-SUPPORTED_SUFFIXES = (
-    ".jsonl",
-    ".jsonl.gz",
-    ".jsonl.zst",
-    ".json",
-    ".json.gz",
-    ".json.zst",
-    ".ndjson",
-    ".ndjson.gz",
-    ".ndjson.zst",
-)
 
 
 @dataclass(frozen=True)
@@ -44,6 +33,9 @@ class SourceFile:
     index: int
     path: str
     relative: str
+    format: str = "jsonl"
+    """JSON lines (plain or compressed), Parquet or CSV: the deduplicated documents are
+    written back in it."""
 
 
 def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
@@ -68,17 +60,20 @@ def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
         raise ValueError(
             f"input files are listed twice: {sorted({p for p in paths if paths.count(p) > 1})}"
         )
+    formats = []
     for p in paths:
-        if not p.lower().endswith(SUPPORTED_SUFFIXES):
+        try:
+            formats.append(detect_format(p))
+        except ValueError:
             raise ValueError(
-                f"{p}: dedup reads JSON lines files ({', '.join(SUPPORTED_SUFFIXES)}); "
-                "convert the input to JSONL first"
-            )
+                f"{p}: dedup reads JSON lines (.jsonl, .json, .ndjson; plain, .gz or .zst), "
+                "Parquet and CSV files; this one's extension says none of them"
+            ) from None
     local = [p.split("://", 1)[-1] for p in paths]
     root = os.path.dirname(local[0]) if len(local) == 1 else os.path.commonpath(local)
     return [
-        SourceFile(i, p, os.path.relpath(lp, root) if root else lp)
-        for i, (p, lp) in enumerate(zip(paths, local, strict=True))
+        SourceFile(i, p, os.path.relpath(lp, root) if root else lp, fmt)
+        for i, (p, lp, fmt) in enumerate(zip(paths, local, formats, strict=True))
     ]
 
 
@@ -120,8 +115,9 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
     the file (and line); a record's index counts records, not lines.
     """
     cursor = Cursor()
-    for index, record in enumerate(iter_jsonl(source.path, cursor)):
-        where = f"{source.path}: line {cursor.line}: record {index}"
+    for index, record in enumerate(iter_file_records(source.path, source.format, cursor=cursor)):
+        line = f"line {cursor.line}: " if cursor.line else ""
+        where = f"{source.path}: {line}record {index}"
         if not isinstance(record, dict):
             raise ValueError(
                 f"{where} is a JSON {type(record).__name__}, not an object; "

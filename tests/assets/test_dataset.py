@@ -341,3 +341,27 @@ def test_an_empty_validation_split_is_reported_when_tokenizing(tmp_path):
         ]
     assert len(warnings) == 1 and "no document of 6" in warnings[0]
     assert "validation=" in warnings[0] and "evals=" in warnings[0]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_parquet_and_csv_datasets_go_through_dedup_and_tokenize(tmp_path, fmt):
+    """Every format `dataset` fetches is one the steps after it read."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([{"id": f"d{i}", "text": t} for i, t in enumerate(TEXTS * 2)])
+    src = tmp_path / f"notes.{fmt}"
+    (pq.write_table if fmt == "parquet" else pacsv.write_csv)(table, str(src))
+    raw = dataset("raw/notes", str(src))
+    clean = deduplicated("dedup/notes", source=raw, mode="exact")
+    tok = tokenizer("tokenizers/notes", source=clean, vocab_size=300)
+    ds = tokenized("tokenized/notes", source=clean, tokenizer=tok)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, clean, tok, ds], instance=instance, resources=_resources(str(tmp_path / "data"))
+        )
+    assert _meta(result, clean)["document_duplicates"] == len(TEXTS)
+    (kept,) = dataset_files(_meta(result, clean)["path"])
+    assert kept.endswith(f"documents/notes.{fmt}")
+    assert _meta(result, ds)["documents"] == len(TEXTS)

@@ -1,0 +1,93 @@
+"""Parquet and CSV inputs, as `dataset(...)` fetches them: the same dedup as their JSON lines,
+each file's kept documents written back in its own format."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from marin_dagster.dupekit import DedupConfig, deduplicate
+from tests.dupekit.corpus import read_jsonl_gz
+
+WORDS = [f"w{i}" for i in range(400)]
+
+
+def _docs() -> list[dict]:
+    rng = random.Random(7)
+    docs = [{"id": f"d{i:02d}", "text": " ".join(rng.choices(WORDS, k=150))} for i in range(16)]
+    near = docs[3]["text"].split()
+    near[40], near[90] = "changed", "words"
+    docs.append({"id": "n03", "text": " ".join(near)})  # a near duplicate of d03
+    docs.append({"id": "x05", "text": docs[5]["text"]})  # an exact one of d05
+    docs.append({"id": "p01", "text": docs[1]["text"] + "\n\nA paragraph of its own."})
+    return docs
+
+
+def _write(folder, fmt: str, docs: list[dict]) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for k in range(2):
+        part, path = docs[k::2], os.path.join(folder, f"part-{k}.{fmt}")
+        if fmt == "jsonl":
+            with open(path, "w") as f:
+                f.writelines(json.dumps(d) + "\n" for d in part)
+        elif fmt == "parquet":
+            pq.write_table(pa.Table.from_pylist(part), path)
+        else:
+            pacsv.write_csv(pa.Table.from_pylist(part), path)
+        paths.append(path)
+    return paths
+
+
+def _read(path: str) -> list[dict]:
+    if path.endswith(".parquet"):
+        return pq.read_table(path).to_pylist()
+    if path.endswith(".csv"):
+        return pacsv.read_csv(path).to_pylist()
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("mode", ["exact", "fuzzy", "paragraph"])
+def test_parquet_and_csv_dedup_as_their_json_lines_do(tmp_path, mode):
+    docs = _docs()
+    results = {}
+    for fmt in ("jsonl", "parquet", "csv"):
+        out = str(tmp_path / f"out-{fmt}")
+        result = deduplicate(
+            _write(tmp_path / fmt, fmt, docs), out, DedupConfig(mode=mode), backend="inline"
+        )
+        assert [os.path.relpath(p, out) for p in result.documents] == [
+            f"documents/part-0.{fmt}",
+            f"documents/part-1.{fmt}",
+        ]
+        assert [os.path.relpath(p, out) for p in result.attributes] == [
+            "attributes/part-0.jsonl.gz",
+            "attributes/part-1.jsonl.gz",
+        ]
+        kept = [d for p in result.documents for d in _read(p)]
+        attributes = [a for p in result.attributes for a in read_jsonl_gz(p)]
+        results[fmt] = (kept, attributes)
+    assert results["parquet"] == results["jsonl"]
+    assert results["csv"] == results["jsonl"]
+    kept_ids = {d["id"] for d in results["jsonl"][0]}
+    if mode == "exact":
+        assert "x05" not in kept_ids and "n03" in kept_ids
+    elif mode == "fuzzy":
+        assert not {"x05", "n03"} & kept_ids
+    else:
+        (p01,) = [d for d in results["jsonl"][0] if d["id"] == "p01"]
+        assert p01["text"].strip() == "A paragraph of its own."
+
+
+def test_a_file_of_another_format_is_refused_naming_the_formats(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("just text\n")
+    with pytest.raises(ValueError, match=r"notes.txt: dedup reads JSON lines .* Parquet and CSV"):
+        deduplicate(str(path), str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
