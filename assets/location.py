@@ -86,18 +86,24 @@ def module_definitions(namespace: Mapping[str, Any]) -> dg.Definitions | dg.Repo
         )
     if own:
         return own[0]
-    experiments = [v for v in namespace.values() if isinstance(v, Experiment)]
-    if not experiments:
-        from marin_dagster.marin.lower import lower
+    return build_definitions(module_experiments(namespace))
 
-        leaves = {id(a): a for a in (lower(v) for v in _members(namespace) if _is_step(v))}
-        if not leaves:
-            raise dg.DagsterInvariantViolationError(
-                f"{namespace.get('__file__')}: no steps at module scope; assign the steps "
-                "(or a list of them) to module-level names"
-            )
-        experiments = [Experiment(experiment_name(namespace), leaves=list(leaves.values()))]
-    return build_definitions(experiments)
+
+def module_experiments(namespace: Mapping[str, Any]) -> list[Experiment]:
+    """A module's `Experiment`s, or else one experiment named after the file of every step it
+    holds (factories' assets and Marin `ExecutorStep`s at module scope)."""
+    experiments = [v for v in namespace.values() if isinstance(v, Experiment)]
+    if experiments:
+        return experiments
+    from marin_dagster.marin.lower import lower
+
+    leaves = {id(a): a for a in (lower(v) for v in _members(namespace) if _is_step(v))}
+    if not leaves:
+        raise dg.DagsterInvariantViolationError(
+            f"{namespace.get('__file__')}: no steps at module scope; assign the steps "
+            "(or a list of them) to module-level names"
+        )
+    return [Experiment(experiment_name(namespace), leaves=list(leaves.values()))]
 
 
 def experiment_name(namespace: Mapping[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """The `marin` console script.
 
     marin init [HOME]                     create DAGSTER_HOME with its dagster.yaml
-    marin status                          every asset of the code location: version, status, path, size
-    marin sql "SELECT ..."                query the dataset views, print a table (--limit rows)
+    marin status [-f exp.py | -m module]  every asset: version, status, path, size
+    marin sql "SELECT ..." [-f exp.py]    query the dataset views, print a table (--limit rows)
     marin sql --serve --port 8765         the read-only HTTP SQL service (ducky/service.py), at most
                                           --max-rows rows and --max-bytes bytes per response
     marin export-hf CHECKPOINT OUT        a train output or checkpoints/{step} as a Hugging Face
@@ -10,8 +10,9 @@
     marin import-hf FOLDER OUT            a Hugging Face Llama folder as params.npz +
                                           model_config.json, which `evaluate` reads
 
-The assets are those of the code location (`marin_dagster.definitions`); the
-prefix is MARIN_PREFIX (default ./data) unless `--prefix` is given.
+The assets are those of the code location (`marin_dagster.definitions`), or of the
+experiment file or module named with -f / -m (as `dagster dev` takes them); the prefix is
+MARIN_PREFIX (default ./data) unless `--prefix` is given.
 """
 
 from __future__ import annotations
@@ -31,12 +32,44 @@ from marin_dagster.execution.instance import DEFAULT_HOME, DagsterHomeError, ens
 logger = logging.getLogger(__name__)
 
 
-def _steps() -> list[Any]:
-    from marin_dagster.definitions import load_experiments
+class LocationError(ValueError):
+    """An experiment file or module that cannot be loaded as given."""
+
+
+def _load_module(python_file: str | None, module_name: str | None) -> Any:
+    """The module of `-f FILE` (loaded as Dagster loads it: by path, its folder importable)
+    or of `-m MODULE`."""
+    import importlib
+    import importlib.util
+
+    if module_name:
+        return importlib.import_module(module_name)
+    path = os.path.abspath(os.path.expanduser(python_file or ""))
+    if not os.path.isfile(path):
+        raise LocationError(f"-f {python_file}: no such file")
+    name = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    sys.path.insert(0, os.path.dirname(path))  # the file's own imports of its neighbours
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _steps(python_file: str | None = None, module_name: str | None = None) -> list[Any]:
+    """The assets of an experiment file or module if one is named, else of the code location
+    (`marin_dagster.definitions`), upstream first."""
     from marin_dagster.execution.asset import upstream_closure
 
-    leaves = [leaf for experiment in load_experiments() for leaf in experiment.leaves]
-    return upstream_closure(leaves)
+    if python_file or module_name:
+        from assets.location import module_experiments
+
+        experiments = module_experiments(vars(_load_module(python_file, module_name)))
+    else:
+        from marin_dagster.definitions import load_experiments
+
+        experiments = load_experiments()
+    return upstream_closure([leaf for e in experiments for leaf in e.leaves])
 
 
 def _prefix(arg: str | None) -> str:
@@ -46,14 +79,12 @@ def _prefix(arg: str | None) -> str:
     return fs.normalize(arg or default_prefix())
 
 
-def _catalog(prefix: str) -> Any:
+def _catalog(prefix: str, steps: list[Any]) -> Any:
     from marin_dagster.ducky import resolve_views
     from resources.ducky import asset_entry
 
     def catalog() -> list[Any]:
-        return resolve_views(
-            prefix, [asset_entry(s) for s in _steps() if s.kind != "watched_folder"]
-        )
+        return resolve_views(prefix, [asset_entry(s) for s in steps if s.kind != "watched_folder"])
 
     return catalog
 
@@ -80,14 +111,16 @@ def _instance() -> Any:
     return dg.DagsterInstance.get()
 
 
-def status_rows(prefix: str, instance: Any = None) -> tuple[list[str], list[list[Any]]]:
-    """The `marin status` table: one row per asset of the code location."""
+def status_rows(
+    prefix: str, instance: Any = None, steps: list[Any] | None = None
+) -> tuple[list[str], list[list[Any]]]:
+    """The `marin status` table: one row per asset of `steps` (the code location's)."""
     from marin_dagster import fs
     from marin_dagster.execution.status import MANIFEST_FILE, read_status
 
     columns = ["asset", "version", "status", "output", "size", "last materialization"]
     rows = []
-    for step in _steps():
+    for step in _steps() if steps is None else steps:
         if step.kind == "watched_folder":
             path, state, size = step.config.path, "watched", None
         else:
@@ -126,7 +159,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 f"marin status: marked {len(ended)} run(s) whose process on this host is "
                 f"gone as failed: {', '.join(ended)}\n"
             )
-    columns, rows = status_rows(_prefix(args.prefix), instance)
+    columns, rows = status_rows(_prefix(args.prefix), instance, _steps(args.file, args.module))
     if args.json:
         sys.stdout.write(
             json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2) + "\n"
@@ -189,10 +222,11 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     )
 
     prefix = _prefix(args.prefix)
+    steps = _steps(args.file, args.module)
     if args.serve:
         service = SqlService(
             prefix,
-            _catalog(prefix),
+            _catalog(prefix, steps),
             max_rows=args.max_rows,
             max_bytes=args.max_bytes,
             timeout_s=args.timeout,
@@ -221,7 +255,7 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     limit = DEFAULT_PRINT_LIMIT if args.limit is None else args.limit
     service = SqlService(
         prefix,
-        _catalog(prefix),
+        _catalog(prefix, steps),
         max_rows=max(limit, 1),
         max_bytes=args.max_bytes,
         timeout_s=args.timeout,
@@ -273,6 +307,18 @@ def _cmd_import_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def _location_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "-f",
+        "--python-file",
+        dest="file",
+        help="the assets of this experiment file, as `dagster dev -f` loads it "
+        "(default: the code location's, marin_dagster.definitions)",
+    )
+    where.add_argument("-m", "--module-name", dest="module", help="... or of this module")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="marin", description="marin-dagster utilities")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -286,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     status.add_argument("--prefix", help="storage prefix (default MARIN_PREFIX or ./data)")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _location_arguments(status)
 
     sql = sub.add_parser("sql", help="SQL over the dataset views (read-only)")
     sql.add_argument("query", nargs="?", help="e.g. 'SELECT * FROM \"raw/shakespeare\" LIMIT 5'")
@@ -314,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sql.add_argument("--serve", action="store_true", help="serve POST /query over HTTP instead")
     sql.add_argument("--host", default="127.0.0.1")
     sql.add_argument("--port", type=int, default=8765)
+    _location_arguments(sql)
 
     export_hf = sub.add_parser(
         "export-hf",
@@ -357,13 +405,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         sys.stdout.write(f"DAGSTER_HOME={home}\n")
         return 0
-    if args.command == "status":
-        return _cmd_status(args)
     if args.command == "export-hf":
         return _cmd_export_hf(args)
     if args.command == "import-hf":
         return _cmd_import_hf(args)
-    return _cmd_sql(args)
+    try:
+        return _cmd_status(args) if args.command == "status" else _cmd_sql(args)
+    except LocationError as e:
+        sys.stderr.write(f"marin {args.command}: {e}\n")
+        return 2
 
 
 if __name__ == "__main__":

@@ -211,3 +211,55 @@ def test_status_ends_runs_whose_process_is_gone(tmp_path, capsys, monkeypatch):
     assert f"marked 1 run(s) whose process on this host is gone as failed: {run_id}" in err
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
+
+
+MY_EXPERIMENT = """
+from assets import dataset, deduplicated
+
+notes = dataset("raw/my-notes", "SOURCE")
+clean = deduplicated("dedup/my-notes", source=notes, mode="exact")
+
+if __name__ == "__main__":
+    from assets import Experiment
+
+    Experiment("my_notes", leaves=[clean]).materialize()
+"""
+
+
+def test_status_and_sql_of_an_experiment_file_of_ones_own(tmp_path):
+    """A user's file, in a folder of its own: `-f` shows its assets, as `dagster dev -f` does;
+    without it, the commands show the code location's, which does not hold them."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    source = folder / "notes.jsonl"
+    source.write_text(
+        "".join(json.dumps({"id": i, "text": f"note {i % 3}"}) + "\n" for i in range(6))
+    )
+    exp = folder / "my_exp.py"
+    exp.write_text(MY_EXPERIMENT.replace("SOURCE", str(source)))
+    env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": ensure_home(str(tmp_path / "h"))}
+    run = subprocess.run(
+        [sys.executable, str(exp)],
+        env=subprocess_env(**env),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    status = marin("status", "--json", "-f", str(exp), env=env, cwd=str(tmp_path))
+    assert status.returncode == 0, status.stderr
+    rows = {r["asset"]: r for r in json.loads(status.stdout)}
+    assert set(rows) == {"raw/my-notes", "dedup/my-notes"}
+    assert all(r["status"] == "SUCCESS" and r["last materialization"] != "-" for r in rows.values())
+
+    query = 'SELECT count(*) AS kept FROM "dedup/my-notes"'
+    sql = marin("sql", "--json", "-f", str(exp), query, env=env, cwd=str(tmp_path))
+    assert sql.returncode == 0, sql.stderr
+    assert json.loads(sql.stdout)["rows"] == [[3]]
+
+    missing = marin("status", "-f", str(folder / "nope.py"), env=env, cwd=str(tmp_path))
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        f"marin status: -f {folder / 'nope.py'}: no such file"
+    )
