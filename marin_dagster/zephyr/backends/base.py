@@ -50,10 +50,14 @@ _MODULES_SEEN = 0
 def _importable(name: str) -> bool:
     # importlib's own search without its sys.modules shortcut: the path, and finders such
     # as an editable install's, which a worker has too
-    return any(
-        getattr(finder, "find_spec", None) is not None and finder.find_spec(name, None) is not None
-        for finder in sys.meta_path
-    )
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        try:
+            if find is not None and find(name, None) is not None:
+                return True
+        except Exception:
+            return True  # a finder that cannot be asked: by reference, as before
+    return False
 
 
 def pickle_file_modules_by_value() -> None:
