@@ -43,6 +43,16 @@ def _resources(prefix: str) -> dict:
     return {"storage": StorageResource(prefix=prefix), "zephyr": ZephyrResource(max_workers=1)}
 
 
+def _failing(asset: dg.AssetsDefinition, prefix: str) -> tuple[dg.ExecuteInProcessResult, str]:
+    """Materialize `asset`, which must fail: the result, and the output its status is in."""
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [asset], instance=instance, resources=_resources(prefix), raise_on_error=False
+        )
+    assert not result.success
+    return result, StorageResource(prefix=prefix).output_path(step_for(asset).name, _version(asset))
+
+
 def test_local_dataset_feeds_dedup_and_a_changed_file_changes_both_versions(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
@@ -191,16 +201,8 @@ def test_a_missing_text_field_fails_the_run_before_success(tmp_path):
     src = tmp_path / "src.jsonl"
     src.write_bytes(_jsonl(TEXTS, key="body"))
     raw = dataset("raw/bodies", str(src))
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [raw],
-            instance=instance,
-            resources=_resources(str(tmp_path / "data")),
-            raise_on_error=False,
-        )
-    assert not result.success
+    result, output = _failing(raw, str(tmp_path / "data"))
     error = result.get_step_failure_events()[0].step_failure_data.error
-    output = StorageResource(prefix=str(tmp_path / "data")).output_path("raw/bodies", _version(raw))
     record = read_status(output)
     assert record.status == StepStatus.FAILED
     for failure in (error.cause.message, record.error):
@@ -223,15 +225,7 @@ def test_a_source_changed_after_loading_is_not_written_under_the_old_version(tmp
     src.write_bytes(_jsonl(TEXTS))
     raw = dataset("raw/a", str(src))
     src.write_bytes(_jsonl(TEXTS[:2]))
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [raw],
-            instance=instance,
-            resources=_resources(str(tmp_path / "data")),
-            raise_on_error=False,
-        )
-    assert not result.success
-    output = StorageResource(prefix=str(tmp_path / "data")).output_path("raw/a", _version(raw))
+    _, output = _failing(raw, str(tmp_path / "data"))
     record = read_status(output)
     assert record.status == StepStatus.FAILED
     assert "changed since this code location was loaded" in record.error
@@ -307,15 +301,7 @@ def test_a_broken_line_the_dataset_step_meets_names_the_users_file(tmp_path):
     lines = _jsonl(TEXTS).splitlines(keepends=True)
     src.write_bytes(b"".join(lines[:2] + [b'{"id": "x", "text": "tab\there"}\n'] + lines[2:]))
     raw = dataset("raw/notes", str(src))
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [raw],
-            instance=instance,
-            resources=_resources(str(tmp_path / "data")),
-            raise_on_error=False,
-        )
-    assert not result.success
-    output = StorageResource(prefix=str(tmp_path / "data")).output_path("raw/notes", _version(raw))
+    _, output = _failing(raw, str(tmp_path / "data"))
     failure = read_status(output).error
     assert f"{src}: line 3: invalid JSON (Invalid control character at column 25)" in failure
     assert output not in failure
