@@ -13,11 +13,20 @@ be visible to every node (one machine, or a shared mount).
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from typing import Any
 
+import cloudpickle
+
 from marin_dagster.zephyr import shared
-from marin_dagster.zephyr.backends.base import WorkerLost, dumps_task, loads_result, run_task_bytes
+from marin_dagster.zephyr.backends.base import (
+    WorkerLost,
+    dumps_task,
+    loads_result,
+    pickle_file_modules_by_value,
+    run_task_bytes,
+)
 from marin_dagster.zephyr.resources import TaskResources
 from marin_dagster.zephyr.runtime import Task, TaskResult
 
@@ -51,6 +60,16 @@ class RayBackend:
         self.bytes_sent = 0
 
     def share(self, obj: Any, folder: str) -> Any:
+        # ray.put pickles with Ray's own cloudpickle: tell it of the modules that travel by
+        # value (dumps_task's cloudpickle knows them), so an object whose class is defined
+        # in an experiment file loaded by path loads in a Ray worker too.
+        pickle_file_modules_by_value()
+        import ray.cloudpickle
+
+        known = ray.cloudpickle.list_registry_pickle_by_value()
+        for name in cloudpickle.list_registry_pickle_by_value() - known:
+            if name in sys.modules:
+                ray.cloudpickle.register_pickle_by_value(sys.modules[name])
         key = uuid.uuid4().hex
         self._shared[key] = self._ray.put(obj)
         return shared.RayShared(key)
