@@ -26,6 +26,7 @@ from typing import Any
 from marin_dagster import fs
 from marin_dagster.zephyr import shared
 from marin_dagster.zephyr.backends import Backend, WorkerLost, make_backend
+from marin_dagster.zephyr.backends.base import pickle_file_modules_by_value
 from marin_dagster.zephyr.counters import Counters
 from marin_dagster.zephyr.dataset import Dataset
 from marin_dagster.zephyr.plan import (
@@ -293,6 +294,7 @@ class ZephyrContext:
             logger.info("Zephyr plan (dry run):\n%s", description)
             return ZephyrExecutionResult([], counters, description, self.backend_name)
         logger.debug("Zephyr plan:\n%s", description)
+        pickle_file_modules_by_value()  # before anything is pickled for the workers
         exec_dir = tempfile.mkdtemp(prefix="exec-", dir=self._scratch_root)
         try:
             results = self._run_plan(plan, exec_dir, counters)

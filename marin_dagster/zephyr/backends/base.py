@@ -44,7 +44,6 @@ class Backend(Protocol):
 
 
 _EXAMINED: set[str] = set()
-_MODULES_SEEN = 0
 
 
 def _importable(name: str) -> bool:
@@ -66,11 +65,9 @@ def pickle_file_modules_by_value() -> None:
     `dagster dev -f exp.py` and `dagster job execute -f exp.py` load an experiment file as a
     top-level module whose folder need not be on sys.path. A worker's import path is the
     driver's, so it could not import that module to unpickle a function defined there
-    (cloudpickle does for `__main__` what this does for such modules)."""
-    global _MODULES_SEEN
-    if len(sys.modules) == _MODULES_SEEN:
-        return  # nothing imported since the last look (a task per shard comes through here)
-    _MODULES_SEEN = len(sys.modules)
+    (cloudpickle does for `__main__` what this does for such modules). Called by the driver
+    at each execute(), before it pickles anything for the workers; a module is examined
+    once, when it first appears."""
     new = [n for n in list(sys.modules) if "." not in n and n not in _EXAMINED]
     path = {os.path.abspath(p or os.curdir) for p in sys.path}
     for name in new:
@@ -90,7 +87,6 @@ def pickle_file_modules_by_value() -> None:
 
 def share_as_file(obj: Any, folder: str) -> FileShared:
     """Pickle `obj` once into `folder`: workers on this machine load it from there."""
-    pickle_file_modules_by_value()
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{uuid.uuid4().hex}.pkl")
     tmp = path + ".tmp"
@@ -102,7 +98,6 @@ def share_as_file(obj: Any, folder: str) -> FileShared:
 
 def dumps_task(task: Task) -> bytes:
     # cloudpickle: user functions are lambdas and closures from experiment files.
-    pickle_file_modules_by_value()
     return cloudpickle.dumps(task)
 
 

@@ -24,7 +24,6 @@ from marin_dagster.zephyr.backends.base import (
     WorkerLost,
     dumps_task,
     loads_result,
-    pickle_file_modules_by_value,
     run_task_bytes,
 )
 from marin_dagster.zephyr.resources import TaskResources
@@ -61,9 +60,8 @@ class RayBackend:
 
     def share(self, obj: Any, folder: str) -> Any:
         # ray.put pickles with Ray's own cloudpickle: tell it of the modules that travel by
-        # value (dumps_task's cloudpickle knows them), so an object whose class is defined
-        # in an experiment file loaded by path loads in a Ray worker too.
-        pickle_file_modules_by_value()
+        # value (execute() registered them with dumps_task's cloudpickle), so an object whose
+        # class an experiment file loaded by path defines loads in a Ray worker too.
         import ray.cloudpickle
 
         known = ray.cloudpickle.list_registry_pickle_by_value()
