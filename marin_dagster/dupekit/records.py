@@ -33,9 +33,12 @@ class SourceFile:
     index: int
     path: str
     relative: str
-    format: str = "jsonl"
-    """JSON lines (plain or compressed), Parquet or CSV: the deduplicated documents are
-    written back in it."""
+
+    @property
+    def format(self) -> str:
+        """JSON lines (plain or compressed), Parquet or CSV: the deduplicated documents are
+        written back in it."""
+        return detect_format(self.path)
 
 
 def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
@@ -60,10 +63,9 @@ def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
         raise ValueError(
             f"input files are listed twice: {sorted({p for p in paths if paths.count(p) > 1})}"
         )
-    formats = []
     for p in paths:
         try:
-            formats.append(detect_format(p))
+            detect_format(p)
         except ValueError:
             raise ValueError(
                 f"{p}: dedup reads JSON lines (.jsonl, .json, .ndjson; plain, .gz or .zst), "
@@ -72,8 +74,8 @@ def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
     local = [p.split("://", 1)[-1] for p in paths]
     root = os.path.dirname(local[0]) if len(local) == 1 else os.path.commonpath(local)
     return [
-        SourceFile(i, p, os.path.relpath(lp, root) if root else lp, fmt)
-        for i, (p, lp, fmt) in enumerate(zip(paths, local, formats, strict=True))
+        SourceFile(i, p, os.path.relpath(lp, root) if root else lp)
+        for i, (p, lp) in enumerate(zip(paths, local, strict=True))
     ]
 
 

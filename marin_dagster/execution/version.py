@@ -53,10 +53,6 @@ def _marked(field: pydantic.fields.FieldInfo, mark: str) -> bool:
     return isinstance(extra, dict) and bool(extra.get(mark))
 
 
-def _is_unversioned_pydantic(field: pydantic.fields.FieldInfo) -> bool:
-    return _marked(field, _UNVERSIONED)
-
-
 def versioned_fields(config: Any) -> dict[str, Any]:
     """The config as a plain dict holding only the fields that shape the output."""
     if isinstance(config, pydantic.BaseModel):
@@ -64,7 +60,7 @@ def versioned_fields(config: Any) -> dict[str, Any]:
         return {
             name: canonical(getattr(config, name))
             for name, field in fields.items()
-            if not _is_unversioned_pydantic(field)
+            if not _marked(field, _UNVERSIONED)
             and not (_marked(field, _ADDED_LATER) and getattr(config, name) == field.default)
         }
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
