@@ -26,6 +26,7 @@ from typing import Any
 import dagster as dg
 
 from marin_dagster.datasets.sources import (
+    SAMPLE_RECORDS,
     ResolvedSource,
     SourceError,
     fetch_summary,
@@ -33,7 +34,7 @@ from marin_dagster.datasets.sources import (
     preview,
     resolve,
 )
-from marin_dagster.datasets.tasks import RESOLVED, FetchJob, fetch_one
+from marin_dagster.datasets.tasks import RESOLVED, Fetched, FetchJob, fetch_one
 from marin_dagster.execution.asset import StepContext, check_name, versioned_asset
 from marin_dagster.execution.origins import write_origins
 from marin_dagster.execution.version import StepConfig, unversioned
@@ -120,6 +121,9 @@ def _run(
         meta["revision"] = resolved.revision
     if result.documents is not None:
         meta["documents"] = result.documents
+    if result.broken:
+        meta["broken_lines_sampled"] = len(result.broken)
+        meta["broken_lines"] = dg.MetadataValue.json(result.broken[:20])
     return {**meta, **step.resources.zephyr.metadata(result.zephyr)}
 
 
@@ -129,6 +133,7 @@ class _Fetched:
     downloaded: list[str]
     resumed: list[str]
     documents: int | None
+    broken: list[str]  # broken lines met in each file's first records
     zephyr: Any
 
 
@@ -155,16 +160,24 @@ def _fetch(
         if isinstance(e.__cause__, SourceError | InputError):
             raise e.__cause__ from None
         raise
-    fetched = [r[0] for r in ran.results]
-    summary = fetch_summary(resolved, fetched, step.log)
-    if sum(r[1] for r in ran.results) == 0:
+    answers: list[Fetched] = ran.results
+    summary = fetch_summary(resolved, [a.fetch for a in answers], step.log)
+    if sum(a.checked for a in answers) == 0:
         raise SourceError(
             config.source,
-            f"the source is empty: its {len(fetched)} file(s) hold no records; add data or "
+            f"the source is empty: its {len(answers)} file(s) hold no records; add data or "
             "point at another source",
         )
-    documents = sum(r[2] for r in ran.results) if count else None
-    return _Fetched(summary.files, summary.downloaded, summary.resumed, documents, ran)
+    broken = [line for a in answers for line in a.broken]
+    if broken:
+        step.log.warning(
+            f"{len(broken)} broken line(s) among the first {SAMPLE_RECORDS} records of each "
+            f"file, e.g. {broken[0]}. The dataset is fetched as it is: a step reading it fails "
+            "on such a line unless it skips bad records (tokenizer and tokenized: "
+            "skip_bad_records=True). Or fix the original, which gives the dataset a new version."
+        )
+    documents = sum(a.records for a in answers) if count else None
+    return _Fetched(summary.files, summary.downloaded, summary.resumed, documents, broken, ran)
 
 
 def dataset(

@@ -47,6 +47,7 @@ from marin_dagster.zephyr.readers import (
     Cursor,
     InputError,
     iter_file_records,
+    iter_jsonl,
     open_input,
 )
 
@@ -989,6 +990,15 @@ def _verify(resolved: ResolvedSource, f: SourceFile, partial: str) -> str:
 # -- records -----------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class SampleCheck:
+    """What `check_text_field` read: records with a text field, and the broken JSON lines
+    it stepped over (each an error naming the file and line)."""
+
+    records: int
+    broken: list[str]
+
+
 def check_text_field(
     paths: Sequence[str],
     text_key: str,
@@ -996,19 +1006,32 @@ def check_text_field(
     source: str,
     sample: int = SAMPLE_RECORDS,
     allow_empty: bool = False,
-) -> int:
+) -> SampleCheck:
     """Read the first `sample` records of every file: each must be an object whose `text_key`
-    is a string. Returns how many records were read; a source with none raises unless
-    `allow_empty` (a caller checking one file at a time adds the counts up itself)."""
+    is a string. A source with no records raises unless `allow_empty` (a caller checking one
+    file at a time adds the counts up itself).
+
+    A broken JSON line among them is reported, not raised: the dataset is a copy, and the
+    step reading it decides (the tokenizer's `skip_bad_records`). A file whose sample is
+    more broken lines than good is not JSON lines at all, and raises.
+    """
     read = 0
+    broken: list[str] = []
     for path in paths:
         fmt = format_of(path) or "jsonl"
         cursor = Cursor()
+        bad: list[InputError] = []
+        good = 0
         try:
-            for i, record in enumerate(iter_file_records(path, fmt, cursor=cursor)):
-                if i >= sample:
+            records = (
+                iter_jsonl(path, cursor, bad=bad)
+                if fmt == "jsonl"
+                else iter_file_records(path, fmt, cursor=cursor)
+            )
+            for i, record in enumerate(records):
+                if i + len(bad) >= sample:
                     break
-                read += 1
+                good += 1
                 where = cursor.describe() if fmt == "jsonl" else f"record {i} of {path}"
                 if not isinstance(record, dict):
                     raise SourceError(
@@ -1028,17 +1051,21 @@ def check_text_field(
                         f"{where}: field {text_key!r} is a {type(record[text_key]).__name__}, "
                         "not a string; pass text_key=<the field holding the text>",
                     )
+            if len(bad) > good:
+                raise bad[0]
         except InputError as e:
             raise SourceError(
                 source, f"{e} (if the file is in another format, pass format=...)"
             ) from None
+        read += good
+        broken.extend(str(e) for e in bad)
     if read == 0 and not allow_empty:
         raise SourceError(
             source,
             f"the source is empty: its {len(paths)} file(s) hold no records; add data or "
             "point at another source",
         )
-    return read
+    return SampleCheck(read, broken)
 
 
 def count_records(path: str) -> int:
@@ -1068,7 +1095,9 @@ def preview(paths: Sequence[str], text_key: str, n: int = 5, chars: int = 100) -
     rows: list[dict] = []
     for path in paths:
         fmt = format_of(path) or "jsonl"
-        for record in iter_file_records(path, fmt):
+        # broken lines were reported by the check; the preview shows the records around them
+        records = iter_jsonl(path, bad=[]) if fmt == "jsonl" else iter_file_records(path, fmt)
+        for record in records:
             text = record.get(text_key, "") if isinstance(record, dict) else ""
             rows.append(
                 {

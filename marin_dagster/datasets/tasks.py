@@ -33,17 +33,33 @@ class FetchJob:
     source: str  # as the user gave it, for errors
 
 
-def fetch_one(job: FetchJob) -> tuple[FileFetch, int, int | None]:
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    """One file's answer: where it went, records checked, the broken lines among them
+    (naming the original's lines), and its record count where counted."""
+
+    fetch: FileFetch
+    checked: int
+    broken: list[str]
+    records: int | None
+
+
+def fetch_one(job: FetchJob) -> Fetched:
     resolved = get_shared(RESOLVED)
     f = resolved.files[job.index]
     done = fetch_file(resolved, f, job.output_path)
+    # The copy holds the original's bytes, so its lines are the original's: name the file
+    # the user can fix, not the copy (editing the copy would change nothing).
+    original = resolved.origin(f)
     try:
-        checked = check_text_field([done.path], job.text_key, source=job.source, allow_empty=True)
-        return done, checked, count_records(done.path) if job.count else None
+        check = check_text_field([done.path], job.text_key, source=job.source, allow_empty=True)
+        return Fetched(
+            done,
+            check.records,
+            [b.replace(done.path, original) for b in check.broken],
+            count_records(done.path) if job.count else None,
+        )
     except (SourceError, InputError) as e:
-        # The copy holds the original's bytes, so its lines are the original's: name the
-        # file the user can fix, not the copy (editing the copy would change nothing).
-        original = resolved.origin(f)
         if isinstance(e, SourceError):
             raise SourceError(
                 e.source, e.detail.replace(done.path, original), factory=e.factory

@@ -232,11 +232,14 @@ def _bad_line(path: str, lineno: int, line: bytes) -> Any:
         ) from None
 
 
-def iter_jsonl(path: str, cursor: Cursor | None = None) -> Iterator[Any]:
+def iter_jsonl(
+    path: str, cursor: Cursor | None = None, bad: list[InputError] | None = None
+) -> Iterator[Any]:
     """The records of a JSON lines file; blank lines are skipped.
 
     With `cursor`, its position is the record's index and its line the
     record's 1-based line number (a bad line raises InputError naming both).
+    With `bad`, a bad line's InputError is appended there and the line skipped.
     """
     with open_input(path) as f:
         index = -1
@@ -248,7 +251,14 @@ def iter_jsonl(path: str, cursor: Cursor | None = None) -> Iterator[Any]:
                     continue  # blank lines are allowed
                 if cursor is not None:
                     cursor.file, cursor.position, cursor.line = path, index + 1, lineno
-                rec = _bad_line(path, lineno, line)
+                try:
+                    rec = _bad_line(path, lineno, line)
+                except InputError as e:
+                    if bad is None:
+                        raise
+                    bad.append(e)
+                    index += 1
+                    continue
             index += 1
             if cursor is not None:
                 cursor.file, cursor.position, cursor.line = path, index, lineno

@@ -296,15 +296,34 @@ def test_a_broken_line_in_a_fetched_file_names_the_original_to_fix(tmp_path):
         assert _meta(ok, tok_fixed)["skipped"] is False
 
 
-def test_a_broken_line_the_dataset_step_meets_names_the_users_file(tmp_path):
+def test_a_broken_line_the_dataset_step_meets_is_a_warning_naming_the_users_file(tmp_path):
+    """The dataset step copies the file as it is and warns of the broken line it checked,
+    naming the user's file: the tokenizer after it skips the line when asked to, in the
+    same run. A file of more broken lines than good fails, naming the user's file too."""
     src = tmp_path / "notes.jsonl"
     lines = _jsonl(TEXTS).splitlines(keepends=True)
     src.write_bytes(b"".join(lines[:2] + [b'{"id": "x", "text": "tab\there"}\n'] + lines[2:]))
+    prefix = str(tmp_path / "data")
     raw = dataset("raw/notes", str(src))
-    _, output = _failing(raw, str(tmp_path / "data"))
+    tok = tokenizer("tokenizers/notes", source=raw, vocab_size=300, skip_bad_records=True)
+    line = f"{src}: line 3: invalid JSON (Invalid control character at column 25)"
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([raw, tok], instance=instance, resources=_resources(prefix))
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.step_key == raw.op.name and "broken line" in e.user_message
+        ]
+    assert len(warnings) == 1 and line in warnings[0] and "skip_bad_records=True" in warnings[0]
+    meta = _meta(result, raw)
+    assert meta["broken_lines_sampled"] == 1 and meta["broken_lines"][0].startswith(line)
+    assert meta["documents"] == len(TEXTS) + 1  # lines, broken or not: the copy is whole
+    assert _meta(result, tok)["bad_records"] == 1
+
+    src.write_bytes(b"".join(lines[:1] + [b"{\n", b"}\n"]))
+    _, output = _failing(dataset("raw/notes", str(src)), prefix)
     failure = read_status(output).error
-    assert f"{src}: line 3: invalid JSON (Invalid control character at column 25)" in failure
-    assert output not in failure
+    assert f"{src}: line 2: invalid JSON" in failure and output not in failure
 
 
 def test_an_empty_validation_split_is_reported_when_tokenizing(tmp_path):

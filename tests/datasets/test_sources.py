@@ -92,7 +92,7 @@ def test_local_file_folder_and_glob_in_every_format(tmp_path):
     assert [f.format for f in resolved.files] == ["jsonl", "jsonl", "parquet", "csv", "jsonl"]
     for f in resolved.files:  # byte for byte, under the same relative names
         assert (tmp_path / "folder" / f.name).read_bytes() == (src / f.name).read_bytes()
-    assert check_text_field(files, "text", source=str(src)) == 7 + 3 + 4 + 5 + 2
+    assert check_text_field(files, "text", source=str(src)).records == 7 + 3 + 4 + 5 + 2
     assert [count_records(p) for p in files] == [7, 3, 4, 5, 2]
     # downstream readers find every data file and nothing else
     assert [
@@ -157,7 +157,7 @@ def test_gs_glob_through_the_emulator(gcs_prefix, tmp_path):
 
     # into a local output and into a gs:// output
     local = fetch(resolved, str(tmp_path / "out"))
-    assert check_text_field(local.files, "text", source=source) == 9
+    assert check_text_field(local.files, "text", source=source).records == 9
     remote_out = f"{gcs_prefix}/out"
     remote = fetch(resolved, remote_out)
     assert remote.files == [f"{remote_out}/0.jsonl.zst", f"{remote_out}/1.jsonl.zst"]
@@ -274,7 +274,7 @@ def test_hub_dataset_with_revision_subset_split_and_files(tmp_path):
         assert resolved.files[2].checksum.startswith("git-sha1:")  # a plain git blob
         first_commit = resolved.revision
         out = fetch(resolved, str(tmp_path / "all"))
-        assert check_text_field(out.files, "text", source="someone/corpus") == 9
+        assert check_text_field(out.files, "text", source="someone/corpus").records == 9
 
         train = resolve(parse_source("someone/corpus", split="train"))
         assert [f.name for f in train.files] == [
@@ -475,3 +475,22 @@ def test_a_missing_text_field_names_the_file_line_and_fields(tmp_path):
     (tmp_path / "array.json").write_bytes(b'[{"text": "a"},\n {"text": "b"}]\n')
     with pytest.raises(SourceError, match=r"array\.json: line 1: invalid JSON.*pass format="):
         check_text_field([str(tmp_path / "array.json")], "text", source="s")
+
+
+def test_broken_lines_are_reported_unless_most_of_the_sample_is_broken(tmp_path):
+    """A broken line is the reading step's to skip or fail on (the dataset is a copy); a
+    sample mostly of broken lines is a file in another format, and fails here."""
+    lines = _jsonl(TEXTS).splitlines(keepends=True)
+    some = tmp_path / "some.jsonl"
+    some.write_bytes(b"".join(lines[:2] + [b'{"text": "tab\there"}\n', b"\xff\n"] + lines[2:]))
+    check = check_text_field([str(some)], "text", source="s")
+    assert check.records == len(TEXTS)
+    assert check.broken[0].startswith(f"{some}: line 3: invalid JSON (Invalid control character")
+    assert check.broken[1].startswith(f"{some}: line 4: invalid UTF-8 at byte 0")
+    assert len(check.broken) == 2
+    # the sample counts broken lines: the third good record is past a sample of four
+    assert check_text_field([str(some)], "text", source="s", sample=4).records == 2
+    mostly = tmp_path / "mostly.jsonl"
+    mostly.write_bytes(lines[0] + b"{\n" + b"}\n")
+    with pytest.raises(SourceError, match=r"mostly\.jsonl: line 2: invalid JSON.*pass format="):
+        check_text_field([str(mostly)], "text", source="s")
