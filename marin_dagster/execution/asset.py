@@ -160,6 +160,18 @@ class DuplicateAssetError(ValueError):
         )
 
 
+def _force_tag(tags: Mapping[str, str]) -> bool:
+    value = tags.get(FORCE_TAG)
+    if value is None:
+        return False
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no", ""):
+        return False
+    # a value read as false would skip every step of a run meant to redo them
+    raise ValueError(f"run tag {FORCE_TAG}={value!r}: set it to true or false")
+
+
 def register_step(step: Step) -> None:
     """Make `step.asset` findable by reference (`step_for`), as every factory's asset is.
 
@@ -295,7 +307,7 @@ def versioned_asset(
         storage = context.resources.storage
         output_path = storage.output_path(name, version)
         inputs = _input_paths(storage, upstream_steps)
-        force = config.force or context.run.tags.get(FORCE_TAG, "").lower() in ("1", "true")
+        force = config.force or _force_tag(context.run.tags)
         run_id = context.run.run_id
         step = StepContext(name, version, run_id, context.log, context.resources, context)
 

@@ -122,6 +122,14 @@ def test_force_reruns_from_run_config_and_from_run_tag(prefix, tmp_path):
         _materialize([asset], prefix, instance, tags={"marin/force": "true"})
         assert _events(counter).count("enter") == 3
         assert _latest(instance, asset)[1]["skipped"] is False
+        _materialize([asset], prefix, instance, tags={"marin/force": "yes"})
+        assert _events(counter).count("enter") == 4
+        _materialize([asset], prefix, instance, tags={"marin/force": "false"})
+        assert _events(counter).count("enter") == 4  # skipped
+        # a value that is neither fails the step, not skips it quietly
+        with pytest.raises(ValueError, match=r"run tag marin/force='always': set it to true"):
+            _materialize([asset], prefix, instance, tags={"marin/force": "always"})
+        assert _events(counter).count("enter") == 4
 
 
 def test_downstream_of_unmaterialized_input_fails_naming_it(prefix, tmp_path):
