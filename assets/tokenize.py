@@ -13,7 +13,7 @@ import pydantic
 
 from marin_dagster import fs
 from marin_dagster.datasets.files import dataset_files
-from marin_dagster.execution.asset import StepContext, versioned_asset
+from marin_dagster.execution.asset import StepContext, defining, versioned_asset
 from marin_dagster.execution.version import StepConfig, added_later
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.tokenize import TokenCache
@@ -127,14 +127,15 @@ def tokenizer(
     """A byte-level BPE trained on `source`'s text, or an existing tokenizer (`pretrained`)."""
     if source is None and pretrained is None:
         raise ValueError(
-            f"tokenizer {name!r}: give a source dataset to train on, or pretrained=..."
+            f"tokenizer({name!r}): give a source dataset to train on, or pretrained=..."
         )
-    cfg = TokenizerConfig(
-        pretrained=pretrained,
-        # a local tokenizer.json is versioned by its bytes, not only by its path
-        pretrained_sha256=_file_sha256(pretrained) if pretrained else None,
-        **config,
-    )
+    with defining("tokenizer", name):
+        cfg = TokenizerConfig(
+            pretrained=pretrained,
+            # a local tokenizer.json is versioned by its bytes, not only by its path
+            pretrained_sha256=_file_sha256(pretrained) if pretrained else None,
+            **config,
+        )
     return versioned_asset(
         name=name,
         kind="tokenizer",
@@ -264,11 +265,12 @@ def tokenized(
     if isinstance(tokenizer, str):
         tokenizer = pretrained_tokenizer(tokenizer)
     upstream = {"source": source, "tokenizer": tokenizer}
-    if isinstance(validation, dg.AssetsDefinition):
-        upstream["validation"] = validation
-        cfg = TokenizedConfig(validation_fraction=0.0, **config)
-    else:
-        cfg = TokenizedConfig(validation_fraction=float(validation), **config)
+    with defining("tokenized", name):
+        if isinstance(validation, dg.AssetsDefinition):
+            upstream["validation"] = validation
+            cfg = TokenizedConfig(validation_fraction=0.0, **config)
+        else:
+            cfg = TokenizedConfig(validation_fraction=float(validation), **config)
     return versioned_asset(
         name=name,
         kind="tokenized",

@@ -22,17 +22,22 @@ from marin_dagster.levanter.trainer import with_split
 from marin_dagster.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, vocab_size
 
 
+def _tokenizer_of(factory: str, name: str, asset: dg.AssetsDefinition) -> Step:
+    step = step_for(asset)
+    if "tokenizer" not in step.upstream:
+        raise ValueError(
+            f"{factory}({name!r}): datasets must be tokenized(...) assets; "
+            f"{step.name} is a {step.kind!r}"
+        )
+    return step.upstream["tokenizer"]
+
+
 def _tokenizer_step(name: str, datasets: Mapping[dg.AssetsDefinition, float]) -> Step:
     """The one tokenizer shared by every dataset of the mixture."""
     tokenizers = {}
     for asset in datasets:
-        step = step_for(asset)
-        if "tokenizer" not in step.upstream:
-            raise ValueError(
-                f"train_lm({name!r}): datasets must be tokenized(...) assets; "
-                f"{step.name} is a {step.kind!r}"
-            )
-        tokenizers[step.upstream["tokenizer"].version] = step.upstream["tokenizer"]
+        tok = _tokenizer_of("train_lm", name, asset)
+        tokenizers[tok.version] = tok
     if len(tokenizers) != 1:
         raise ValueError(
             f"train_lm({name!r}): the datasets use {len(tokenizers)} different tokenizers "
@@ -186,6 +191,23 @@ def evaluate(
     **config: Any,
 ) -> dg.AssetsDefinition:
     """Eval loss, perplexity and bits per byte of a checkpoint on tokenized datasets."""
+    trained = step_for(checkpoint)
+    if trained.kind != "train_lm":
+        raise ValueError(
+            f"evaluate({name!r}): checkpoint must be a train_lm(...) asset; "
+            f"{trained.name} is a {trained.kind!r}"
+        )
+    model_tok = trained.upstream["tokenizer"]
+    for asset in datasets:
+        tok = _tokenizer_of("evaluate", name, asset)
+        if tok.version != model_tok.version:
+            # the ids would mean other words to the model: a loss, but of nothing
+            raise ValueError(
+                f"evaluate({name!r}): {step_for(asset).name} is tokenized with "
+                f"{tok.name}-{tok.version}, but {trained.name} was trained with "
+                f"{model_tok.name}-{model_tok.version}; evaluate on datasets tokenized with "
+                f"the checkpoint's tokenizer (tokenized(..., tokenizer=<that tokenizer>))"
+            )
     upstream = {step_for(a).name: a for a in datasets}
     upstream["checkpoint"] = checkpoint
     with defining("evaluate", name):

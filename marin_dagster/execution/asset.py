@@ -10,6 +10,7 @@ status handling around `run`.
 
 import contextlib
 import dataclasses
+import difflib
 import logging
 import re
 import sys
@@ -17,12 +18,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
+import pydantic
 
 from marin_dagster import fs
 from marin_dagster.execution.origins import note_origins
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.step import execute_step
-from marin_dagster.execution.version import compute_version
+from marin_dagster.execution.version import StepConfig, compute_version
 from marin_dagster.iris import ResourceConfig, iris_placement_metadata
 
 FORCE_TAG = "marin/force"
@@ -141,11 +143,40 @@ def defining(factory: str, name: str) -> Iterator[None]:
     prefix = f"{factory}({name!r}): "
     try:
         yield
-    except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
+    except pydantic.ValidationError as e:
+        raise ValueError(prefix + _field_errors(e)) from None
+    except (ValueError, TypeError) as e:
         if str(e).startswith(prefix):
             raise
         kind = TypeError if isinstance(e, TypeError) else ValueError
         raise kind(prefix + str(e)) from None
+
+
+def _config_fields(title: str) -> list[str]:
+    """The fields of the step config class named `title` (a ValidationError names its model,
+    not the class)."""
+    classes: list[type] = [StepConfig]
+    while classes:
+        cls = classes.pop()
+        if cls.__name__ == title:
+            return list(cls.model_fields)
+        classes.extend(cls.__subclasses__())
+    return []
+
+
+def _field_errors(e: pydantic.ValidationError) -> str:
+    """Pydantic's errors in a line per field; a misspelt keyword with its likely fix."""
+    lines = []
+    for err in e.errors():
+        field = ".".join(str(part) for part in err["loc"])
+        if err["type"] == "extra_forbidden":
+            fields = _config_fields(e.title)
+            close = difflib.get_close_matches(field, fields, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            lines.append(f"unknown keyword {field!r}{hint} (the keywords: {', '.join(fields)})")
+        else:
+            lines.append(f"{field}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(lines)
 
 
 class DuplicateAssetError(ValueError):

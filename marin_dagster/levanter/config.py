@@ -188,6 +188,12 @@ class TrainLmConfig:
     keep: int | None = field(default=None, metadata=UNVERSIONED)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.model, LlamaConfig):
+            raise TrainInputError(
+                f"model must be a LlamaConfig, got {self.model!r}; import one "
+                f"(from marin_dagster.levanter import {', '.join(NAMED_CONFIGS)}) or build "
+                "one with LlamaConfig(...) / Qwen3Config(...)"
+            )
         if not self.datasets:
             raise TrainInputError("datasets is empty; give {dataset: weight}")
         for name, weight in self.datasets.items():

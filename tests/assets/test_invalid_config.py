@@ -61,6 +61,53 @@ def test_evaluate_refuses_zero_batches(dataset):
         evaluate("eval/cfg", checkpoint=_train(dataset), datasets=[dataset], max_batches=0)
 
 
+def test_evaluate_refuses_a_dataset_of_another_tokenizer(dataset):
+    """Its ids would mean other words to the model: a loss would come out, of nothing."""
+    corpus = sample_corpus("raw/cfg")
+    other = tokenized(
+        "tokenized/cfg-300",
+        source=corpus,
+        tokenizer=tokenizer("tokenizers/cfg-300", source=corpus, vocab_size=300),
+    )
+    model = _train(dataset)
+    with pytest.raises(ValueError) as err:
+        evaluate("eval/cfg", checkpoint=model, datasets=[dataset, other])
+    message = str(err.value)
+    assert message.startswith("evaluate('eval/cfg'): tokenized/cfg-300 is tokenized with ")
+    assert "tokenizers/cfg-300-" in message and "trained with tokenizers/cfg-" in message
+    with pytest.raises(ValueError, match=r"checkpoint must be a train_lm\(...\) asset"):
+        evaluate("eval/cfg", checkpoint=dataset, datasets=[dataset])
+    with pytest.raises(ValueError, match=r"datasets must be tokenized\(...\) assets"):
+        evaluate("eval/cfg", checkpoint=model, datasets=[corpus])
+
+
+def test_a_model_given_by_name_is_refused_with_the_names_to_import(dataset):
+    with pytest.raises(ValueError) as err:
+        train_lm("checkpoints/cfg", model="llama_nan", datasets={dataset: 1.0}, batch_size=4,
+                 num_train_steps=10)  # fmt: skip
+    message = str(err.value)
+    assert message.startswith("train_lm('checkpoints/cfg'): model must be a LlamaConfig")
+    assert "'llama_nan'" in message and "import llama_nano, llama_150m" in message
+
+
+def test_a_misspelt_keyword_names_the_factory_and_the_likely_field():
+    corpus = sample_corpus("raw/cfg")
+    with pytest.raises(ValueError) as err:
+        tokenizer("tokenizers/cfg", source=corpus, vocab_sise=512)
+    assert str(err.value).startswith(
+        "tokenizer('tokenizers/cfg'): unknown keyword 'vocab_sise'; did you mean 'vocab_size'?"
+    )
+    with pytest.raises(ValueError) as err:
+        tokenized("tokenized/cfg", source=corpus, tokenizer="/no/tokenizer.json", txt_key="t")
+    assert str(err.value).startswith(
+        "tokenized('tokenized/cfg'): unknown keyword 'txt_key'; did you mean 'text_key'?"
+    )
+    with pytest.raises(ValueError, match=r"^sample_corpus\('raw/cfg'\): unknown keyword 'edition'"):
+        sample_corpus("raw/cfg", edition="folio")
+    with pytest.raises(ValueError, match=r"^tokenizer\('t/x'\): vocab_size: .*integer.*'big'"):
+        tokenizer("t/x", source=corpus, vocab_size="big")
+
+
 @pytest.mark.parametrize(
     "field, value",
     [
