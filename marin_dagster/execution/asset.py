@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import logging
 import re
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -292,7 +293,32 @@ def metadata_from_json(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _input_paths(storage: Any, upstream: Mapping[str, Step]) -> dict[str, str]:
+def _code_location_args(run: Any, defined_at: str) -> str:
+    """The `dagster` CLI's arguments for the code location `run` came from (`-f exp.py`,
+    `-m module`); for a run from a script or a test, the file that defined the step, which is
+    a code location too."""
+    origin = getattr(run, "job_code_origin", None)
+    pointer = getattr(getattr(origin, "repository_origin", None), "code_pointer", None)
+    if getattr(pointer, "python_file", None):
+        return f"-f {shlex.quote(pointer.python_file)}"
+    if getattr(pointer, "module", None):
+        return f"-m {pointer.module}"
+    return f"-f {shlex.quote(defined_at.rpartition(':')[0])}"
+
+
+def _check_prefix(storage: Any, run: Any) -> None:
+    # A run launched from a code location (the CLI, the UI) runs its steps in processes of
+    # their own: what one writes to memory:// vanishes with it, and the next cannot read it.
+    if storage.prefix.startswith("memory://") and getattr(run, "job_code_origin", None):
+        raise dg.Failure(
+            f"the prefix {storage.prefix} keeps outputs in one process's memory, and this run "
+            "came from the dagster CLI or UI, whose steps run in processes of their own: set "
+            "MARIN_PREFIX to a folder or gs://... (memory:// is for a script's own process: "
+            "`python exp.py`, tests)"
+        )
+
+
+def _input_paths(storage: Any, upstream: Mapping[str, Step], location: str) -> dict[str, str]:
     inputs = {}
     for role, up in upstream.items():
         key = up.asset.key
@@ -302,7 +328,7 @@ def _input_paths(storage: Any, upstream: Mapping[str, Step]) -> dict[str, str]:
             state = record.status.value if record else "missing"
             raise dg.Failure(
                 f"input {role!r} ({up.name}) is {state} at {path}; materialize it first, e.g. "
-                f"`dagster asset materialize -m marin_dagster.definitions --select '+{key.to_user_string()}'`"
+                f"`dagster asset materialize {location} --select '+{key.to_user_string()}'`"
             )
         inputs[role] = path
     return inputs
@@ -334,10 +360,14 @@ def versioned_asset(
         kind, config, {role: s.version for role, s in upstream_steps.items()}, label=label
     )
 
+    defined_at = _defined_at()
+
     def compute(context: dg.AssetExecutionContext, config: StepRunConfig) -> dg.MaterializeResult:
         storage = context.resources.storage
+        _check_prefix(storage, context.run)
         output_path = storage.output_path(name, version)
-        inputs = _input_paths(storage, upstream_steps)
+        location = _code_location_args(context.run, defined_at)
+        inputs = _input_paths(storage, upstream_steps, location)
         force = config.force or _force_tag(context.run.tags)
         run_id = context.run.run_id
         step = StepContext(name, version, run_id, context.log, context.resources, context)
@@ -384,5 +414,5 @@ def versioned_asset(
         metadata={"marin/kind": kind, "marin/version": version},
         kinds=set(kinds) or None,
     )(compute)
-    register_step(Step(name, kind, version, config, upstream_steps, asset, _defined_at()))
+    register_step(Step(name, kind, version, config, upstream_steps, asset, defined_at))
     return asset
