@@ -166,15 +166,23 @@ def _run_folder_corpus(
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
+            line = data.count(b"\n", 0, e.start) + 1
+            column = e.start - (data.rfind(b"\n", 0, e.start) + 1)
             raise ValueError(
-                f"{path}: byte {e.start} is not UTF-8; folder_corpus reads UTF-8 text "
-                "files: convert it or narrow `pattern`"
+                f"{path}:{line}: byte {column} of "
+                "the line is not UTF-8; folder_corpus reads UTF-8 text files: convert it or "
+                "narrow `pattern`"
             ) from e
         digests[rel] = file_digest(path)
         if rel.endswith(".jsonl"):
             docs.extend(_jsonl_documents(path, rel, text, config))
-        else:
+        elif text.strip():
             docs.append({"id": rel, "text": text, "source": config.folder})
+    if not any(d["text"].strip() for d in docs):
+        raise ValueError(
+            f"folder_corpus: the {len(rels)} file(s) under {config.folder} hold no text "
+            f"({', '.join(rels[:5])}{', ...' if len(rels) > 5 else ''}); add text to them"
+        )
     for index in range(config.num_shards):
         lines = "".join(
             json.dumps(d, ensure_ascii=False) + "\n" for d in docs[index :: config.num_shards]

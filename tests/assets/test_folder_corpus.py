@@ -1,4 +1,5 @@
-"""`folder_corpus` over a folder that is missing or holds no matching file fails at the source."""
+"""`folder_corpus` over a folder that is missing, holds no matching file or no text fails at
+the source, naming it."""
 
 from __future__ import annotations
 
@@ -56,3 +57,26 @@ def test_a_folder_with_files_still_succeeds(tmp_path):
     result, output = _materialize(str(inbox), str(tmp_path / "data"))
     assert result.success
     assert read_status(output).status == StepStatus.SUCCESS
+
+
+@pytest.mark.parametrize("files", [{"empty.jsonl": b""}, {"a.txt": b"  \n", "b.jsonl": b"\n\n"}])
+def test_files_without_text_fail_at_the_source_naming_them(tmp_path, files):
+    """Not two steps later, as the tokenizer's 'no training text'."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for name, data in files.items():
+        (inbox / name).write_bytes(data)
+    result, output = _materialize(str(inbox), str(tmp_path / "data"))
+    assert not result.success
+    message = _failure_message(result)
+    assert f"the {len(files)} file(s) under {inbox} hold no text" in message
+    assert all(name in message for name in files)
+    assert read_status(output).status == StepStatus.FAILED
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.txt").write_bytes(b"first line\nsecond \xff line\n")
+    result, _ = _materialize(str(inbox), str(tmp_path / "data"))
+    assert f"{inbox / 'a.txt'}:2: byte 7 of the line is not UTF-8" in _failure_message(result)
