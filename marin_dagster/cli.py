@@ -101,14 +101,84 @@ def _human_bytes(n: int | None) -> str:
 
 
 def _instance() -> Any:
-    """The persistent instance when one exists (DAGSTER_HOME, or ./.dagster); never creates one."""
+    """The persistent instance whose history the runs wrote, or None (with a note on stderr
+    saying why) where there is none; never creates one.
+
+    DAGSTER_HOME, else ./.dagster when it exists. Without a dagster.yaml, Dagster itself
+    keeps its history in sqlite under DAGSTER_HOME/history (it only warns), so that
+    history is read too.
+    """
     import dagster as dg
 
-    home = os.environ.get("DAGSTER_HOME") or (DEFAULT_HOME if os.path.isdir(DEFAULT_HOME) else None)
-    if not home or not os.path.exists(os.path.join(home, "dagster.yaml")):
+    home = os.environ.get("DAGSTER_HOME")
+    if not home and os.path.isdir(DEFAULT_HOME):
+        home = DEFAULT_HOME
+    why = None
+    if not home:
+        why = f"DAGSTER_HOME is unset and there is no {DEFAULT_HOME} here"
+    elif not os.path.isdir(home):
+        why = f"DAGSTER_HOME={home} does not exist"
+    elif not any(os.path.exists(os.path.join(home, f)) for f in ("dagster.yaml", "history")):
+        why = f"DAGSTER_HOME={home} holds no dagster.yaml and no history/ yet"
+    if why is not None:
+        sys.stderr.write(
+            f"marin status: no Dagster run history: {why}; last materializations show as -. "
+            "Set DAGSTER_HOME to the folder your runs used (`marin init DIR` makes one)\n"
+        )
         return None
-    os.environ["DAGSTER_HOME"] = os.path.abspath(home)
-    return dg.DagsterInstance.get()
+    home = os.path.abspath(home)
+    os.environ["DAGSTER_HOME"] = home
+    # Dagster's note that dagster.yaml is missing is for whoever writes there; this only reads.
+    quiet = logging.getLogger("dagster")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return dg.DagsterInstance.get()
+    finally:
+        quiet.setLevel(level)
+
+
+# The tag Dagster gives each materialization: the asset's code_version (a step's version).
+CODE_VERSION_TAG = "dagster/code_version"
+
+
+def _last_materialization(instance: Any, step: Any) -> str:
+    """When and by which run this step's version was last materialized, or "-".
+
+    An asset key outlives its versions: only events tagged with this version's code_version
+    count, so a new version's row never shows the old version's run.
+    """
+    wanted = step.asset.code_versions_by_key.get(step.asset.key)
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(step.asset.key, limit=100, cursor=cursor)
+        for record in page.records:
+            event = record.event_log_entry
+            tags = event.asset_materialization.tags or {}
+            if wanted is None or tags.get(CODE_VERSION_TAG) == wanted:
+                when = datetime.datetime.fromtimestamp(event.timestamp, datetime.UTC)
+                return f"{when:%Y-%m-%d %H:%M:%S} UTC (run {event.run_id[:8]})"
+        if not page.has_more:
+            return "-"
+        cursor = page.cursor
+
+
+# A RUNNING output whose lease's holder is gone: the run that wrote it was killed.
+INTERRUPTED = "interrupted"
+
+
+def _running_state(path: str) -> str:
+    """RUNNING while a live run holds the output's lease, else INTERRUPTED.
+
+    The status file says RUNNING from the start of the work until its end, so a run killed
+    in between (kill -9, OOM, a lost machine) leaves it so; the lease tells: its holder's
+    process on this host is gone, or its heartbeat is older than the lease's stale limit.
+    """
+    from marin_dagster.execution.lease import Lease
+
+    lease = Lease(path)
+    lock = lease.read()
+    return INTERRUPTED if lock is None or lease.is_stale(lock) else "RUNNING"
 
 
 def status_rows(
@@ -116,7 +186,7 @@ def status_rows(
 ) -> tuple[list[str], list[list[Any]]]:
     """The `marin status` table: one row per asset of `steps` (the code location's)."""
     from marin_dagster import fs
-    from marin_dagster.execution.status import MANIFEST_FILE, read_status
+    from marin_dagster.execution.status import MANIFEST_FILE, StepStatus, read_status
 
     columns = ["asset", "version", "status", "output", "size", "last materialization"]
     rows = []
@@ -131,17 +201,14 @@ def status_rows(
                 record, state = None, f"invalid ({e})"
             else:
                 state = record.status.value if record else "missing"
+                if record is not None and record.status == StepStatus.RUNNING:
+                    state = _running_state(path)
             size = None
             if record is not None:
                 manifest = fs.read_json_or_none(fs.join(path, MANIFEST_FILE))
                 if manifest is not None:
                     size = sum(f["size"] for f in manifest.get("files", {}).values())
-        last = "-"
-        if instance is not None:
-            event = instance.get_latest_materialization_event(step.asset.key)
-            if event is not None:
-                when = datetime.datetime.fromtimestamp(event.timestamp, datetime.UTC)
-                last = f"{when:%Y-%m-%d %H:%M:%S} UTC (run {event.run_id[:8]})"
+        last = "-" if instance is None else _last_materialization(instance, step)
         rows.append([step.name, step.version, state, path, _human_bytes(size), last])
     return columns, rows
 
@@ -166,6 +233,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
         )
     else:
         sys.stdout.write(format_table(columns, rows, max_width=100))
+    if any(row[2] == INTERRUPTED for row in rows):
+        sys.stderr.write(
+            f"marin status: {INTERRUPTED}: the run writing the output is gone (killed before "
+            "it could record its end; its lease is stale). Materialize the asset again: the "
+            "new run takes the output over and resumes from what was finished\n"
+        )
     return 0
 
 

@@ -1,0 +1,166 @@
+"""`marin status` on what a newcomer meets: a killed run, a changed config, and a DAGSTER_HOME
+without dagster.yaml (the README's "Other ways in")."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import dagster as dg
+
+from marin_dagster import fs
+from marin_dagster.execution.instance import RUN_HOST_TAG, RUN_PID_TAG, ensure_home
+from marin_dagster.execution.status import LOCK_FILE, StatusRecord, StepStatus, write_status
+from marin_dagster.execution.step import execute_step
+from tests.cli.test_cli import in_process
+from tests.conftest import REPO, subprocess_env
+
+DAGSTER = os.path.join(os.path.dirname(sys.executable), "dagster")
+
+EXPERIMENT = """
+from assets import dataset
+
+notes = dataset("raw/notes", {source!r})
+"""
+
+# Takes the output's lease, as a step does, says so, and works until it is killed.
+HOLDER = """
+import pathlib, sys, time
+from marin_dagster.execution.step import execute_step
+
+path, version, ready = sys.argv[1:]
+
+def work(out):
+    pathlib.Path(ready).touch()
+    time.sleep(600)
+
+execute_step(path, version, work)
+"""
+
+
+def _experiment(tmp_path, name: str, records: int) -> str:
+    """An experiment file of one dataset asset, "raw/notes"; `records` sets its version."""
+    source = tmp_path / f"{name}.jsonl"
+    source.write_text("".join(json.dumps({"text": f"note {i}"}) + "\n" for i in range(records)))
+    exp = tmp_path / f"{name}.py"
+    exp.write_text(EXPERIMENT.format(source=str(source)))
+    return str(exp)
+
+
+def _status(capsys, monkeypatch, exp: str, env: dict[str, str]) -> tuple[dict, str]:
+    code, out, err = in_process(capsys, monkeypatch, "status", "--json", "-f", exp, env=env)
+    assert code == 0, err
+    return {r["asset"]: r for r in json.loads(out)}["raw/notes"], err
+
+
+def test_a_killed_run_shows_as_interrupted_and_a_rerun_takes_over(tmp_path, capsys, monkeypatch):
+    env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": ensure_home(str(tmp_path / "h"))}
+    exp = _experiment(tmp_path, "notes", 5)
+    row, _ = _status(capsys, monkeypatch, exp, env)
+    path, version = row["output"], row["version"]
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, path, version, str(ready)], env=subprocess_env(), cwd=REPO
+    )
+    try:
+        deadline = time.time() + 120
+        while not ready.exists():
+            assert holder.poll() is None and time.time() < deadline, "the holder did not start"
+            time.sleep(0.1)
+        row, err = _status(capsys, monkeypatch, exp, env)
+        assert row["status"] == "RUNNING" and "interrupted" not in err
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+    row, err = _status(capsys, monkeypatch, exp, env)
+    assert row["status"] == "interrupted"
+    assert "the run writing the output is gone" in err and "resumes" in err
+    outcome = execute_step(path, version, lambda out: {})  # what the next run does
+    assert not outcome.skipped
+    row, err = _status(capsys, monkeypatch, exp, env)
+    assert row["status"] == "SUCCESS" and "interrupted" not in err
+
+
+def test_a_lease_from_another_host_is_judged_by_its_heartbeat(tmp_path, capsys, monkeypatch):
+    """A holder elsewhere cannot be asked whether it lives: a heartbeat older than the stale
+    limit (90 s) says it is gone."""
+    env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": ensure_home(str(tmp_path / "h"))}
+    exp = _experiment(tmp_path, "notes", 5)
+    row, _ = _status(capsys, monkeypatch, exp, env)
+    write_status(row["output"], StatusRecord(StepStatus.RUNNING, row["version"]))
+    for age, expected in ((5, "RUNNING"), (200, "interrupted")):
+        lock = {"token": "t", "run_id": "r", "host": "elsewhere", "pid": 1}
+        fs.write_json(
+            fs.join(row["output"], LOCK_FILE), {**lock, "heartbeat_at": time.time() - age}
+        )
+        assert _status(capsys, monkeypatch, exp, env)[0]["status"] == expected
+
+
+def test_history_without_dagster_yaml_and_only_this_versions_materialization(
+    tmp_path, capsys, monkeypatch
+):
+    """DAGSTER_HOME a bare folder, as `export DAGSTER_HOME=...` and the dagster CLI leave it:
+    Dagster keeps its history there, and `marin status` reads it. The last materialization
+    is the version's own: a new version has none yet."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": str(home)}
+    first, second = _experiment(tmp_path, "v1", 5), _experiment(tmp_path, "v2", 6)
+    done = subprocess.run(
+        [DAGSTER, "asset", "materialize", "-f", first, "--select", "raw/notes_raw"],
+        cwd=REPO,
+        env=subprocess_env(**env, PYTHONWARNINGS="ignore::FutureWarning"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (home / "dagster.yaml").exists()
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (run,) = instance.get_runs()
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        orphan = str(uuid.uuid4())
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="notes_job",
+                run_id=orphan,
+                status=dg.DagsterRunStatus.STARTED,
+                tags={RUN_PID_TAG: str(gone.pid), RUN_HOST_TAG: socket.gethostname()},
+            )
+        )
+
+    row, err = _status(capsys, monkeypatch, first, env)
+    assert row["status"] == "SUCCESS" and row["last materialization"].endswith(
+        f"(run {run.run_id[:8]})"
+    )
+    assert f"marked 1 run(s) whose process on this host is gone as failed: {orphan}" in err
+    assert "no Dagster run history" not in err and "dagster.yaml" not in err
+
+    row, _ = _status(capsys, monkeypatch, second, env)
+    assert row["status"] == "missing" and row["last materialization"] == "-"
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_run_by_id(orphan).status == dg.DagsterRunStatus.FAILURE
+
+
+def test_without_history_status_says_why(tmp_path, capsys, monkeypatch):
+    exp = _experiment(tmp_path, "notes", 5)
+    empty = tmp_path / "empty_home"
+    empty.mkdir()
+    for home, why in (
+        (tmp_path / "nowhere", f"DAGSTER_HOME={tmp_path / 'nowhere'} does not exist"),
+        (empty, f"DAGSTER_HOME={empty} holds no dagster.yaml and no history/ yet"),
+    ):
+        env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": str(home)}
+        row, err = _status(capsys, monkeypatch, exp, env)
+        assert row["last materialization"] == "-"
+        assert f"marin status: no Dagster run history: {why}" in err, err
+        assert "marin init" in err
+    assert os.listdir(empty) == [], "status only reads: it creates no instance"
