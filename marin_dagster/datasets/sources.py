@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 from marin_dagster import fs
+from marin_dagster.datasets.digests import file_sha256
 from marin_dagster.zephyr.readers import (
     Cursor,
     InputError,
@@ -210,7 +211,7 @@ class SourceFile:
     size: int
     """Bytes; -1 where the server does not say."""
     identity: str
-    """What identifies this content: a checksum, an ETag, or a local file's size and mtime."""
+    """What identifies this content: a checksum (a local file's sha256) or an ETag."""
     format: str
     checksum: str | None = None
     """A checksum the fetched bytes must match: `sha256:`, `git-sha1:`, `md5:` (base64),
@@ -402,11 +403,10 @@ def _resolve_local(spec: SourceSpec) -> ResolvedSource:
     candidates = [(os.path.relpath(p, base).replace(os.sep, "/"), p) for p in paths]
     files = []
     for name, fmt, p in _select(spec, candidates, where):
-        st = os.stat(p)
-        # Size and mtime, not a content hash: the code location is loaded by every run
-        # worker and step process, and hashing a large local corpus each time would cost
-        # more than the rerun a touched-but-unchanged file causes (a rerun, never a wrong skip).
-        files.append(SourceFile(name, p, st.st_size, f"mtime_ns={st.st_mtime_ns}", fmt))
+        # By content, not mtime: a copied or touched file keeps its version (digests.py
+        # caches the hash, as every process that loads the code location resolves this).
+        checksum = f"sha256:{file_sha256(p)}"
+        files.append(SourceFile(name, p, os.path.getsize(p), checksum, fmt, checksum))
     return ResolvedSource(spec, tuple(sorted(files, key=lambda f: f.name)))
 
 
@@ -972,10 +972,6 @@ def _verify(resolved: ResolvedSource, f: SourceFile, partial: str) -> str:
         problem = f"{size:,} bytes arrived, the source lists {f.size:,}"
     elif kind and got != expected:
         problem = f"its {kind} is {got}, the source lists {expected}"
-    elif spec.kind == "local":
-        st = os.stat(f.location)
-        if f.identity != f"mtime_ns={st.st_mtime_ns}" or st.st_size != f.size:
-            problem = "the file changed while it was copied"
     if problem:
         os.remove(partial)
         raise SourceError(
