@@ -2,7 +2,9 @@
 
     POST /query   body: the SQL (text/plain) or {"sql": "...", "limit": N} (JSON)
                   200 {"columns", "types", "rows", "row_count", "truncated", "cached", "elapsed_ms"}
-                  400 the SQL does not parse or fails, a bad `limit`, or a view that is unavailable;
+                  400 the SQL does not parse (with a hint where a view name holding "/" is not
+                  double-quoted) or fails, a bad `limit`, a JSON body of another shape, or a
+                  view that is unavailable;
                   403 refused (not one SELECT, or a file outside the prefix); 408 past the timeout;
                   413 the result is over the caps per response (rows or bytes)
     GET  /tables  the views: name, version, path, format, current; and those unavailable, with why
@@ -36,6 +38,7 @@ import datetime
 import decimal
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -219,7 +222,7 @@ class SqlService:
         try:
             statement = check_read_only(sql)
         except duckdb.Error as e:
-            raise QueryFailed(f"the SQL does not parse: {e}") from e
+            raise QueryFailed(f"the SQL does not parse: {e}{self._quoting_hint(sql)}") from e
         key = (statement.strip(), limit)
         with self._lock:
             self._refresh()
@@ -233,6 +236,26 @@ class SqlService:
                 while len(self._cache) > self.cache_size or self._cached_bytes > self.cache_bytes:
                     self._cached_bytes -= self._cache.popitem(last=False)[1][1]
             return {**result, "cached": False}
+
+    def _quoting_hint(self, sql: str) -> str:
+        """Where `sql` names a view holding "/" without double quotes, how to write it.
+
+        A bare raw/notes parses as a division, and DuckDB's own error says only that "/" is
+        a syntax error.
+        """
+        with self._lock:
+            self._refresh()
+            names = [d.name for d in self._datasets] + list(self._unavailable)
+        # Not part of a longer name, not already quoted.
+        bare = [
+            n
+            for n in names
+            if "/" in n and re.search(rf'(?<![\w"./-]){re.escape(n)}(?![\w"./-])', sql)
+        ]
+        if not bare:
+            return ""
+        quoted = ", ".join(f"{quote_ident(n)} for {n}" for n in bare)
+        return f'\nview names holding "/" must be in double quotes: write {quoted}'
 
     def _unavailable_in(self, statement: str) -> str | None:
         for name, reason in self._unavailable.items():
@@ -321,6 +344,39 @@ class SqlService:
         return ThreadingHTTPServer((host, port), _handler_for(self))
 
 
+REQUEST_FIELDS = ("sql", "limit")
+
+
+def parse_json_request(body: str) -> tuple[str, Any]:
+    """The SQL and the `limit` (unchecked) of a JSON request body; QueryFailed saying what the
+    body must be otherwise."""
+    shape = (
+        'the body must be a JSON object with "sql" (a string: one SELECT) and optionally '
+        '"limit" (a whole number of rows), e.g. {"sql": "SELECT 1", "limit": 10}'
+    )
+    try:
+        request = json.loads(body)
+    except ValueError as e:
+        raise QueryFailed(f"{shape}; it is not JSON ({e})") from None
+    if not isinstance(request, dict):
+        raise QueryFailed(f"{shape}; got {_json_kind(request)}")
+    unknown = sorted(set(request) - set(REQUEST_FIELDS))
+    if unknown:
+        raise QueryFailed(f"{shape}; unknown key(s) {', '.join(map(json.dumps, unknown))}")
+    if not isinstance(request.get("sql"), str):
+        got = "missing" if "sql" not in request else _json_kind(request["sql"])
+        raise QueryFailed(f'{shape}; "sql" is {got}')
+    return request["sql"], request.get("limit")
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, for messages: "an array", "null", ..."""
+    if isinstance(value, bool):
+        return "a boolean"
+    kinds = {dict: "an object", list: "an array", str: "a string", type(None): "null"}
+    return kinds.get(type(value), "a number")
+
+
 def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "marin-ducky"
@@ -364,12 +420,9 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
             limit = None
             if "json" in (self.headers.get("Content-Type") or ""):
                 try:
-                    request = json.loads(body)
-                    sql, limit = request["sql"], request.get("limit")
-                except (ValueError, KeyError, TypeError, AttributeError) as e:
-                    self._send(
-                        400, {"error": f'the JSON body must be {{"sql": "...", "limit": N}} ({e})'}
-                    )
+                    sql, limit = parse_json_request(body)
+                except QueryFailed as e:
+                    self._send(400, {"error": str(e)})
                     return
             else:
                 sql = body

@@ -154,6 +154,12 @@ def test_sql_prints_a_table_of_the_asset_view(materialized, capsys, monkeypatch)
     assert "COPY statements are refused" in err and f'"{CORPUS}"' in err
     assert not os.path.exists(os.path.join(materialized["cwd"], "out.csv"))
 
+    code, _, err = in_process(
+        capsys, monkeypatch, "sql", f"SELECT * FROM {CORPUS} LIMIT 1", env=_env(materialized)
+    )
+    assert code == 1 and "Parser Error" in err
+    assert f'must be in double quotes: write "{CORPUS}" for {CORPUS}' in err, err
+
 
 @pytest.fixture
 def served(materialized, tmp_path) -> Iterator[str]:
