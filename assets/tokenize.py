@@ -27,6 +27,7 @@ from marin_dagster.tokenize.tokenizer import (
     load_tokenizer,
     save_tokenizer,
     train_tokenizer,
+    vocab_size,
 )
 
 HELD_OUT_FRACTION = 0.05
@@ -89,6 +90,14 @@ def _run_tokenizer(
             max_documents=config.max_documents,
         )
         tok = trained.tokenizer
+        if vocab_size(tok) < config.vocab_size:
+            # BPE stops when no pair is left to merge: the corpus is too small for the ask
+            step.log.warning(
+                f"tokenizer: vocab_size={config.vocab_size:,} asked, {vocab_size(tok):,} "
+                "learned: the corpus holds no more merges (or none at min_frequency="
+                f"{config.min_frequency}); the model's embedding follows the learned size. "
+                "Lower vocab_size to match, or train on more text"
+            )
     if counts.bad:
         step.log.warning(f"tokenizer: skipped {counts.bad:,} bad record(s) (skip_bad_records)")
     info = describe_tokenizer(tok, held[:16] or ["To be, or not to be, that is the question."])

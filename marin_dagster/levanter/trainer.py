@@ -400,6 +400,13 @@ def train(
         else:  # process 0 alone logs and reports
             on_metrics = None
     run = _set_up(config, settings, output_path)
+    sequences = sum(c.num_sequences for c in run.data.components)
+    if run.leader and config.batch_size > sequences:
+        log.warning(
+            f"batch_size={config.batch_size} is more than the {sequences:,} sequences of "
+            f"seq_len={config.train_seq_len} the training data holds: each batch repeats the "
+            f"data {config.batch_size / sequences:.1f} times. Lower batch_size, or add data"
+        )
     train_step, tokens_sharding = run.compiled["train_step"], run.compiled["tokens_sharding"]
     checkpointer = Checkpointer(
         fs.join(run.output_path, "checkpoints"),

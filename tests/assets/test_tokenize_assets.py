@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from assets import sample_corpus
+from assets import dataset, sample_corpus
 from assets.tokenize import tokenized, tokenizer
 from marin_dagster import fs
 from marin_dagster.tokenize import TokenCache
@@ -80,3 +80,26 @@ def test_pretrained_tokenizer_is_versioned_by_its_bytes(tmp_path):
     path.write_text(new_byte_level_bpe().to_str(pretty=True))
     second = tokenizer("tokenizers/p", pretrained=str(path))
     assert first.code_versions_by_key[first.key] != second.code_versions_by_key[second.key]
+
+
+def test_a_vocab_larger_than_the_corpus_supports_is_warned_of(tmp_path):
+    src = tmp_path / "notes.jsonl"
+    src.write_text("".join(f'{{"text": "note {i}: to be, or not to be"}}\n' for i in range(30)))
+    raw = dataset("raw/notes", str(src))
+    tok = tokenizer("tokenizers/notes", source=raw, vocab_size=5000)
+    resources = {
+        "storage": StorageResource(prefix=str(tmp_path / "data")),
+        "zephyr": ZephyrResource(max_workers=1),
+    }
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([raw, tok], instance=instance, resources=resources)
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.step_key == tok.op.name and "learned" in e.user_message
+        ]
+    learned = _meta(result, tok)["vocab_size"]
+    assert learned < 5000
+    assert len(warnings) == 1
+    assert f"vocab_size=5,000 asked, {learned:,} learned" in warnings[0]
+    assert "Lower vocab_size" in warnings[0]

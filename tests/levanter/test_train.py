@@ -307,3 +307,31 @@ def test_throughput_times_the_steps_not_their_dispatch(caches: dict[str, str], t
         assert r1["tokens_per_second"] <= 1.5 * wall_rate, (r1, wall_rate)
         assert 0 < r1["mfu"] < 1
     assert 0 < result.mfu < 1
+
+
+def test_a_batch_larger_than_the_data_is_warned_of(caches: dict[str, str], tmp_path) -> None:
+    small = write_cache(str(tmp_path / "small"), VOCAB, 200, seed=3)  # 12 sequences of 16
+    logger = logging.getLogger("tests.levanter.small")
+    handler = _Records()
+    logger.addHandler(handler)
+    try:
+        for batch_size in (8, 24):
+            train_fn(
+                _config(
+                    caches,
+                    datasets={small: 1.0},
+                    batch_size=batch_size,
+                    num_train_steps=1,
+                    steps_per_eval=None,
+                ),
+                str(tmp_path / f"out-{batch_size}"),
+                settings=TrainerSettings(checkpoint_every_minutes=None, sample_tokens=0),
+                log=logger,
+            )
+    finally:
+        logger.removeHandler(handler)
+    warned = [m for m in handler.messages if "repeats the data" in m]
+    assert warned == [
+        "batch_size=24 is more than the 12 sequences of seq_len=16 the training data holds: "
+        "each batch repeats the data 2.0 times. Lower batch_size, or add data"
+    ]
