@@ -75,6 +75,8 @@ class StepRunner:
     ) -> dg.ExecuteInProcessResult | None:
         """Materialize `steps` and their dependencies; with `dry_run`, print what would run.
 
+        With `dry_run`, a step that would be skipped reads `skip`, one that would run `run`,
+        and a FAILED one that `force_run_failed=False` refuses `refuse` (then nothing runs).
         Steps run one at a time in this process (`max_concurrent` is accepted for Marin's
         scripts); to run independent steps side by side, launch the file's job with
         `dagster job execute -f <file>` (the Iris executor runs them in parallel).
@@ -86,24 +88,35 @@ class StepRunner:
         plan = self.plan(steps, run_only)
         storage = resources["storage"]
         states = {s.name: read_status(storage.output_path(s.name, s.version)) for s in plan}
-        if dry_run:
-            for s in plan:
-                record = states[s.name]
-                state = record.status.value if record else "missing"
-                action = "skip" if record and record.status == StepStatus.SUCCESS else "run"
-                print(
-                    f"{action:4} {s.name}-{s.version} ({s.kind}, {state}) -> "
-                    f"{storage.output_path(s.name, s.version)}"
-                )
-            return None
         failed = [
             s.name for s in plan if states[s.name] and states[s.name].status == StepStatus.FAILED
         ]
+        refusal = None
         if failed and not force_run_failed:
-            raise PlanError(
+            refusal = (
                 f"steps {failed} FAILED before; rerun with force_run_failed=True "
                 "(--force_run_failed true) to try them again"
             )
+        if dry_run:
+            # The same decisions as the run below, so the plan shown is the run one gets.
+            for s in plan:
+                record = states[s.name]
+                state = record.status.value if record else "missing"
+                if record and record.status == StepStatus.SUCCESS:
+                    action = "skip"
+                elif refusal and s.name in failed:
+                    action = "refuse"
+                else:
+                    action = "run"
+                print(
+                    f"{action:6} {s.name}-{s.version} ({s.kind}, {state}) -> "
+                    f"{storage.output_path(s.name, s.version)}"
+                )
+            if refusal:
+                print(f"nothing would run: {refusal}")
+            return None
+        if refusal:
+            raise PlanError(refusal)
         experiment = Experiment(self.name or _experiment_name(), leaves=[s.asset for s in plan])
         return experiment.materialize(force=force, resources=resources, instance=instance)
 

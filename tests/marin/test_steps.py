@@ -271,6 +271,17 @@ def test_executor_main_answers_a_flag_it_cannot_honour_with_an_error_not_a_trace
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and message in err and "Traceback" not in err, err
 
+    # The dry run says what the run would do: refuse the FAILED step, for the same reason.
+    version = step_for(lower(step)).version
+    for flags, action, last in [
+        (["--force_run_failed", "false"], "refuse", "nothing would run: steps ['t/broken']"),
+        ([], "run", f"run    t/broken-{version} (executor_step, FAILED)"),
+    ]:
+        assert executor_main(steps=[step], argv=[*prefix, "--dry_run", *flags]) is None
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith(f"{action:6} t/broken-{version} (executor_step, FAILED)")
+        assert lines[-1].startswith(last), lines
+
 
 SEED = """
 from assets import tokenized, train_lm
