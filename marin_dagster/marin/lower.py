@@ -4,7 +4,8 @@ The step's version is Marin's: a hash of its name, the `versioned(...)` values o
 (by their path in the config, e.g. `train.lr`), its references to other steps (`DEP[name]`
 and the sub-path) and those steps' versions. Everything else in the config is free to change.
 Each referenced step becomes an upstream asset, so lineage in the UI is the config's
-references. When the asset runs, the config is instantiated (references replaced by paths,
+references; a `.nonblocking()` one does not (it is neither run first nor waited for), but
+its version enters the step's, under `pseudo_dependencies` as in Marin. When the asset runs, the config is instantiated (references replaced by paths,
 `versioned` unwrapped) and handed to `fn`; `.executor_info` beside the output records what ran.
 """
 
@@ -15,12 +16,18 @@ import importlib.metadata
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlparse
 
 import dagster as dg
 import pydantic
 
 from marin_dagster import fs
-from marin_dagster.execution.asset import StepContext, step_for, versioned_asset
+from marin_dagster.execution.asset import (
+    Step,
+    StepContext,
+    step_for,
+    versioned_asset,
+)
 from marin_dagster.execution.version import canonical
 from marin_dagster.marin.step import ExecutorStep, InputName, OutputName, VersionedValue
 
@@ -70,6 +77,7 @@ def _walk(value: Any, path: str, visit: Any) -> None:
 
 def _lower(step: ExecutorStep) -> dg.AssetsDefinition:
     upstream: dict[str, dg.AssetsDefinition] = {}
+    nonblocking: dict[str, Step] = {}
     version: dict[str, Any] = {}
 
     def visit(path: str, leaf: Any) -> None:
@@ -84,16 +92,21 @@ def _lower(step: ExecutorStep) -> dg.AssetsDefinition:
                 return
             dep = _upstream_asset(step, path, leaf.step)
             role = step_for(dep).name
-            upstream[role] = dep
+            if leaf.block_on_step:
+                upstream[role] = dep
+            else:
+                nonblocking[role] = step_for(dep)
             version[path] = f"DEP[{role}]" + (f"/{leaf.name}" if leaf.name else "")
 
     _walk(step.config, "", visit)
-    run = _runner(step)
+    version_config: dict[str, Any] = {"name": step.name, "config": version}
+    if nonblocking:  # absent otherwise, so steps without any keep their versions
+        version_config["pseudo_dependencies"] = {r: s.version for r, s in nonblocking.items()}
     return versioned_asset(
         name=step.name,
         kind=KIND,
-        config={"name": step.name, "config": version},
-        run=run,
+        config=version_config,
+        run=_runner(step, nonblocking),
         upstream=upstream,
         description=step.description or f"{_qualname(step.fn)}(config)",
         resources=step.resources or "cpu",
@@ -117,11 +130,23 @@ def _qualname(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def instantiate(value: Any, inputs: Mapping[str, str], output_path: str) -> Any:
-    """`value` with every reference replaced by its path and every `versioned` unwrapped."""
+def _under_prefix(prefix: str, path: str) -> str:
+    """Marin's rule for a hardcoded path: one with no scheme and no leading '/' is relative
+    to the prefix, so the same file reads the same data wherever the prefix is."""
+    if urlparse(path).scheme or path.startswith("/"):
+        return path
+    return fs.join(prefix, path)
+
+
+def instantiate(value: Any, inputs: Mapping[str, str], output_path: str, prefix: str) -> Any:
+    """`value` with every reference replaced by its path and every `versioned` unwrapped.
+
+    `inputs` maps each referenced step's name to its output folder; a relative
+    `InputName.hardcoded` path is put under `prefix`.
+    """
 
     def sub(v: Any) -> Any:
-        return instantiate(v, inputs, output_path)
+        return instantiate(v, inputs, output_path, prefix)
 
     if isinstance(value, VersionedValue):
         return sub(value.value)
@@ -129,7 +154,7 @@ def instantiate(value: Any, inputs: Mapping[str, str], output_path: str) -> Any:
         value = InputName(value)
     if isinstance(value, InputName):
         if value.step is None:
-            return value.name
+            return _under_prefix(prefix, value.name)
         base = inputs[step_for(lower(value.step)).name]
         return fs.join(base, value.name) if value.name else base
     if isinstance(value, OutputName):
@@ -195,7 +220,7 @@ def check_dependency_groups(name: str, groups: Any) -> None:
             )
 
 
-def _runner(step: ExecutorStep) -> Any:
+def _runner(step: ExecutorStep, nonblocking: Mapping[str, Step]) -> Any:
     def run(
         version_config: Mapping[str, Any],
         inputs: Mapping[str, str],
@@ -203,7 +228,10 @@ def _runner(step: ExecutorStep) -> Any:
         context: StepContext,
     ) -> dict[str, Any]:
         check_dependency_groups(step.name, step.pip_dependency_groups)
-        config = instantiate(step.config, inputs, output_path)
+        storage = context.resources.storage
+        # Where a nonblocking dependency writes, whether it has run or not (Marin's rule).
+        pseudo = {r: storage.output_path(s.name, s.version) for r, s in nonblocking.items()}
+        config = instantiate(step.config, {**pseudo, **inputs}, output_path, storage.root)
         fs.write_json(
             fs.join(output_path, EXECUTOR_INFO),
             {
@@ -212,6 +240,7 @@ def _runner(step: ExecutorStep) -> Any:
                 "version": context.version,
                 "versioned": version_config["config"],
                 "dependencies": dict(sorted(inputs.items())),
+                "pseudo_dependencies": dict(sorted(pseudo.items())),
                 "config": _describe(config),
                 "description": step.description,
                 "pip_dependency_groups": list(step.pip_dependency_groups or []),

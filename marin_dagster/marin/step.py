@@ -6,7 +6,10 @@ An experiment file written for Marin builds `ExecutorStep(name, fn, config)`s wh
     versioned(value)          a value that changes the output: it enters the version
     output_path_of(step, sub) another step's output (plus a sub-path): a dependency
     this_output_path(sub)     this step's own output folder
-    InputName.hardcoded(path) a fixed path, versioned as written
+    InputName.hardcoded(path) a fixed path, versioned as written; relative: under the prefix
+
+`ref / "sub"` is `ref` plus a sub-path; `ref.nonblocking()` is a dependency that does not
+block (Marin's pseudo-dependency): its version enters this step's, but it is not run first.
 
 Plain values do not enter the version (Marin's rule: a changed worker count must not rerun a
 step). `lower` (marin_dagster.marin.lower) turns a step into a Dagster asset.
@@ -55,17 +58,29 @@ class InputName:
     """Another step's output folder (`step`), or a sub-path of it (`name`).
 
     `step` is an `ExecutorStep` or a factory's asset; `None` with `name` set is a fixed path
-    (`InputName.hardcoded`).
+    (`InputName.hardcoded`). `block_on_step=False` (`.nonblocking()`): the step's version
+    enters this one's and its path is handed over, but it is neither run first nor waited
+    for (e.g. to read a training run's checkpoints while it still runs). A step that other
+    steps depend on normally, or that is listed to run, still runs.
     """
 
     step: Any
     name: str | None = None
+    block_on_step: bool = True
 
     def cd(self, name: str) -> InputName:
-        return InputName(self.step, _join(self.name, name))
+        # Marin's cd drops block_on_step; kept here, so `ref.nonblocking() / "sub"` stays so.
+        return dataclasses.replace(self, name=_join(self.name, name))
+
+    def __truediv__(self, name: str) -> InputName:
+        return self.cd(name)
+
+    def nonblocking(self) -> InputName:
+        return dataclasses.replace(self, block_on_step=False)
 
     @staticmethod
     def hardcoded(path: str) -> InputName:
+        """A fixed path: a relative one is under the prefix (`{prefix}/{path}`), as in Marin."""
         return InputName(None, path)
 
 
@@ -120,6 +135,9 @@ class ExecutorStep(Generic[ConfigT]):
 
     def cd(self, name: str) -> InputName:
         return InputName(self, name)
+
+    def __truediv__(self, name: str) -> InputName:
+        return self.cd(name)
 
     def as_input_name(self) -> InputName:
         return InputName(self)

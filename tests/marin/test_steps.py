@@ -79,7 +79,7 @@ def test_instantiate_replaces_references_by_paths():
         versioned(3),
         inputs=(output_path_of(a, "f.txt"), InputName.hardcoded("/fixed"), {"k": versioned([1])}),
     )
-    got = instantiate(cfg, {"t/a": "/data/t/a-1234"}, "/data/t/b-5678")
+    got = instantiate(cfg, {"t/a": "/data/t/a-1234"}, "/data/t/b-5678", "/data")
     assert got == Cfg(
         "/data/t/b-5678/out", 3, inputs=("/data/t/a-1234/f.txt", "/fixed", {"k": [1]})
     )
