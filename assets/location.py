@@ -30,18 +30,19 @@ def build_definitions(experiments: list[Experiment]) -> dg.Definitions:
 
     # An asset shared by experiments shows in the group of the first that lists it.
     asset_defs: dict[dg.AssetKey, dg.AssetsDefinition] = {}
-    owners: dict[dg.AssetKey, tuple[Step, str]] = {}
+    # By name, as upstream_closure: two kinds of step named alike have different keys.
+    owners: dict[str, tuple[Step, str]] = {}
     for experiment in experiments:
         for step in upstream_closure(experiment.leaves):
             key = step.asset.key
-            if key in owners:
-                first, first_experiment = owners[key]
+            if step.name in owners:
+                first, first_experiment = owners[step.name]
                 if first.version != step.version:
                     raise DuplicateAssetError(
                         first, step, f" (experiments {first_experiment!r} and {experiment.name!r})"
                     )
                 continue
-            owners[key] = (step, experiment.name)
+            owners[step.name] = (step, experiment.name)
             asset_defs[key] = step.asset.with_attributes(group_names_by_key={key: experiment.name})
     resources = local_resources()
     return dg.Definitions(

@@ -184,10 +184,15 @@ class DuplicateAssetError(ValueError):
     """Two different steps (configs or inputs) were given the same asset name."""
 
     def __init__(self, first: Step, second: Step, where: str = "") -> None:
+        what = "different configs" if first.kind == second.kind else "different kinds of step"
+
+        def at(step: Step) -> str:
+            kind = "" if first.kind == second.kind else f"{step.kind}, "
+            return f"{step.defined_at} ({kind}version {step.version})"
+
         super().__init__(
-            f"asset {first.name!r} is defined twice with different configs{where}: at "
-            f"{first.defined_at} (version {first.version}) and at {second.defined_at} (version "
-            f"{second.version}). One name is one output; rename one of them, or reuse one "
+            f"asset {first.name!r} is defined twice with {what}{where}: at {at(first)} and at "
+            f"{at(second)}. One name is one output; rename one of them, or reuse one "
             "definition in both places"
         )
 
@@ -236,17 +241,20 @@ def step_for(asset: Any) -> Step:
 
 def upstream_closure(leaves: Sequence[dg.AssetsDefinition]) -> list[Step]:
     """The leaves and everything upstream of them, upstream first."""
-    seen: dict[dg.AssetKey, Step] = {}
+    # By name, not asset key: steps of two kinds named alike have different keys (the kind's
+    # suffix) but share the name that outputs, `marin status` and `marin sql` go by. The
+    # version hashes the kind, so equal versions mean one step.
+    seen: dict[str, Step] = {}
 
     def visit(step: Step) -> None:
-        known = seen.get(step.asset.key)
+        known = seen.get(step.name)
         if known is not None:
             if known.version != step.version:
                 raise DuplicateAssetError(known, step)
             return
         for up in step.upstream.values():
             visit(up)
-        seen[step.asset.key] = step
+        seen[step.name] = step
 
     for leaf in leaves:
         visit(step_for(leaf))

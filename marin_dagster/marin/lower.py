@@ -25,6 +25,7 @@ from marin_dagster import fs
 from marin_dagster.execution.asset import (
     Step,
     StepContext,
+    register_step,
     step_for,
     versioned_asset,
 )
@@ -47,7 +48,10 @@ def lower(step: Any) -> dg.AssetsDefinition:
     if isinstance(step, ExecutorStep):
         known = _LOWERED.get(id(step))
         if known is None:
-            known = _LOWERED[id(step)] = (step, _lower(step))
+            asset = _lower(step)
+            # Errors about the step (a name defined twice) point at the ExecutorStep(...) call.
+            register_step(dataclasses.replace(step_for(asset), defined_at=step.defined_at))
+            known = _LOWERED[id(step)] = (step, asset)
         return known[1]
     raise TypeError(
         f"cannot run {type(step).__name__} {step!r} as a step: give an ExecutorStep or an "

@@ -22,7 +22,7 @@ import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from marin_dagster.execution.asset import check_name
+from marin_dagster.execution.asset import caller_frame, check_name
 from marin_dagster.iris import ResourceConfig
 
 T = TypeVar("T")
@@ -119,9 +119,16 @@ class ExecutorStep(Generic[ConfigT]):
     description: str | None = None
     pip_dependency_groups: Sequence[str] | None = None
     resources: ResourceConfig | str | None = None
+    defined_at: str = dataclasses.field(default="", init=False, repr=False)
+    """`file:line` of the experiment's code that built the step, for errors naming it."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
+        # Here, not when the step is lowered: that happens in executor_main or in Dagster's
+        # loading of the file, neither of which is where a clash must be fixed.
+        frame = caller_frame()
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "<unknown>"
+        object.__setattr__(self, "defined_at", where)
         if not callable(self.fn):
             raise TypeError(
                 f"ExecutorStep({self.name!r}): fn must be a function of the config, got "

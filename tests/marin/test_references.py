@@ -1,17 +1,24 @@
 """Marin's references as Marin resolves them: hardcoded paths under the prefix, `/` for
-sub-paths, nonblocking dependencies."""
+sub-paths, nonblocking dependencies; and one name for one step, whatever its kind."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 
+import pytest
+
+from assets import dataset
+from assets.experiment import Experiment
+from assets.location import build_definitions, module_definitions
 from marin_dagster import fs
-from marin_dagster.execution.asset import step_for
+from marin_dagster.execution.asset import DuplicateAssetError, step_for
 from marin_dagster.marin import (
     ExecutorStep,
     InputName,
     StepRunner,
+    executor_main,
     instantiate,
     lower,
     output_path_of,
@@ -105,3 +112,63 @@ def test_a_nonblocking_dependency_enters_the_version_but_is_not_run_or_waited_fo
     StepRunner(prefix=prefix).run([b, c])
     assert _received(c, prefix)["ckpt"] == train_dir
     assert json.load(open(os.path.join(train_dir, "config.json")))["n"] == 1
+
+
+def _notes(tmp_path) -> str:
+    path = tmp_path / "notes.jsonl"
+    path.write_text('{"text": "a note"}\n')
+    return str(path)
+
+
+def _line(offset: int) -> str:
+    """`file:line` of this test file, `offset` lines above the caller's."""
+    frame = sys._getframe(1)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno - offset}"
+
+
+def test_a_step_named_like_a_factory_s_asset_is_refused_naming_both_definitions(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    raw = dataset("raw/notes", _notes(tmp_path))
+    raw_at = _line(1)
+    clash = ExecutorStep("raw/notes", record_config, {"out": this_output_path(), "v": versioned(1)})
+    clash_at = _line(1)
+    assert lower(raw).key != lower(clash).key  # the kind's suffix: raw/notes_raw
+    message = (
+        "asset 'raw/notes' is defined twice with different kinds of step: at "
+        f"{raw_at} (dataset, version {step_for(raw).version}) and at {clash_at} "
+        f"(executor_step, version {step_for(lower(clash)).version})"
+    )
+    with pytest.raises(DuplicateAssetError) as err:
+        executor_main(steps=[raw, clash], argv=["--prefix", str(tmp_path / "data")])
+    assert message in str(err.value)
+    assert not os.path.exists(tmp_path / "data" / "raw")  # refused before anything ran
+    # downstream of one, beside the other: found as well
+    user = _step("t/user", notes=output_path_of(raw))
+    with pytest.raises(DuplicateAssetError, match="raw/notes"):
+        StepRunner(prefix=str(tmp_path / "data")).plan([user, clash])
+    # The file as a code location (`dagster dev -f`), and two experiments of one location.
+    with pytest.raises(DuplicateAssetError) as err:
+        module_definitions({"__file__": "notes_exp.py", "raw": raw, "clash": clash})
+    assert message in str(err.value)
+    with pytest.raises(DuplicateAssetError, match="experiments 'one' and 'two'"):
+        build_definitions(
+            [Experiment("one", leaves=[raw]), Experiment("two", leaves=[lower(clash)])]
+        )
+
+
+def test_two_executor_steps_of_one_name_are_refused_where_each_was_built(tmp_path):
+    first = ExecutorStep("t/same", record_config, {"out": this_output_path(), "v": versioned(1)})
+    first_at = _line(1)
+    second = ExecutorStep("t/same", record_config, {"out": this_output_path(), "v": versioned(2)})
+    second_at = _line(1)
+    with pytest.raises(DuplicateAssetError) as err:
+        StepRunner(prefix=str(tmp_path / "data")).plan([first, second])
+    assert f"with different configs: at {first_at} (version " in str(err.value)
+    assert f"and at {second_at} (version " in str(err.value)
+    # the same step listed twice, or an equal one, is one step
+    again = _step("t/same", v=versioned(1))
+    assert [s.name for s in StepRunner(prefix=str(tmp_path)).plan([first, first, again])] == [
+        "t/same"
+    ]
