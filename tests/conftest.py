@@ -25,6 +25,14 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 # FSSPEC_<PROTOCOL>_<ARG> at import).
 os.environ.setdefault("FSSPEC_GCS_TOKEN", "anon")
 
+# absl's log handler (JAX and orbax import absl) keeps the sys.stderr of the moment it was
+# made, which under pytest is a capture file, and closes it when Dagster's logging setup
+# closes every handler: the test that owned that capture then fails on a closed file. The
+# real stderr it never closes.
+import absl.logging  # noqa: E402
+
+absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
 
 def free_port() -> int:
     with socket.socket() as s:
