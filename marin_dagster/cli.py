@@ -7,6 +7,8 @@
                                           --max-rows rows and --max-bytes bytes per response
     marin export-hf CHECKPOINT OUT        a train output or checkpoints/{step} as a Hugging Face
                                           Llama folder (config.json + model.safetensors; --dtype)
+                                          with the tokenizer its train_lm step trained with
+                                          (-f exp.py, or --tokenizer DIR)
     marin import-hf FOLDER OUT            a Hugging Face Llama folder as params.npz +
                                           model_config.json, which `evaluate` reads
 
@@ -351,16 +353,79 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_output(checkpoint: str) -> str:
+    """The train output a checkpoint path is or is in (`{output}/checkpoints/{step}`)."""
+    from marin_dagster import fs
+
+    if fs.exists(fs.join(checkpoint, "params.npz")):
+        return checkpoint
+    return checkpoint.rstrip("/").rsplit("/", 2)[0]
+
+
+def _trained_tokenizer(train_output: str, args: argparse.Namespace) -> tuple[str | None, str]:
+    """The tokenizer `train_output` was trained with, or None and why it is unknown.
+
+    A train output does not name its tokenizer; the train_lm step of the code location that
+    writes it does (its tokenizer is an input, under the same prefix).
+    """
+    from marin_dagster import fs
+    from marin_dagster.tokenize.tokenizer import TOKENIZER_FILE
+
+    where = (
+        f"-f {args.file}"
+        if args.file
+        else f"-m {args.module}"
+        if args.module
+        else "the code location (marin_dagster.definitions)"
+    )
+    for step in _steps(args.file, args.module):
+        suffix = f"/{step.name}-{step.version}"
+        if step.kind == "train_lm" and train_output.rstrip("/").endswith(suffix):
+            tok = step.upstream["tokenizer"]
+            path = fs.join(train_output.rstrip("/")[: -len(suffix)], f"{tok.name}-{tok.version}")
+            if fs.exists(fs.join(path, TOKENIZER_FILE)):
+                return path, ""
+            return None, (
+                f"its tokenizer {tok.name} (version {tok.version}) has no {TOKENIZER_FILE} at "
+                f"{path}; materialize it, or give --tokenizer"
+            )
+    return None, (
+        f"no train_lm step of {where} writes {train_output}; name the experiment file that "
+        "trained it with -f, or give the tokenizer with --tokenizer DIR"
+    )
+
+
 def _cmd_export_hf(args: argparse.Namespace) -> int:
+    from marin_dagster import fs
     from marin_dagster.levanter.hf import HfFormatError, export_hf
 
+    checkpoint = fs.normalize(args.checkpoint)
+    if not fs.exists(checkpoint):
+        sys.stderr.write(
+            f"marin export-hf: {checkpoint} does not exist; give a train output "
+            "({prefix}/{name}-{version}, e.g. from `marin status`) or one of its "
+            "checkpoints/{step} folders\n"
+        )
+        return 1
+    tokenizer, why = args.tokenizer, ""
+    if tokenizer is None:
+        tokenizer, why = _trained_tokenizer(_train_output(checkpoint), args)
     try:
-        out = export_hf(args.checkpoint, args.out, dtype=args.dtype, overwrite=args.overwrite)
+        out = export_hf(
+            checkpoint, args.out, dtype=args.dtype, overwrite=args.overwrite, tokenizer=tokenizer
+        )
     except (HfFormatError, FileExistsError, FileNotFoundError) as e:
         sys.stderr.write(f"marin export-hf: {e}\n")
         return 1
     dtype = args.dtype or "the checkpoint's dtype"
     sys.stdout.write(f"wrote a Hugging Face LlamaForCausalLM folder ({dtype}): {out}\n")
+    if tokenizer is not None:
+        sys.stdout.write(f"with the tokenizer of {tokenizer}\n")
+    else:
+        sys.stderr.write(
+            f"marin export-hf: no tokenizer written (config.json's bos/eos_token_id are null): "
+            f"{why}\n"
+        )
     return 0
 
 
@@ -451,6 +516,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="weights' dtype (default: the checkpoint's, float32)",
     )
     export_hf.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    export_hf.add_argument(
+        "--tokenizer",
+        help="the tokenizer to include (a tokenizer.json or a folder holding one; default: the "
+        "one the code location's train_lm step trained with)",
+    )
+    _location_arguments(export_hf)
 
     import_hf = sub.add_parser(
         "import-hf", help="a Hugging Face Llama folder as params.npz + model_config.json"
@@ -478,12 +549,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         sys.stdout.write(f"DAGSTER_HOME={home}\n")
         return 0
-    if args.command == "export-hf":
-        return _cmd_export_hf(args)
     if args.command == "import-hf":
         return _cmd_import_hf(args)
+    # export-hf: orbax warns that a step's state/ has no _CHECKPOINT_METADATA. The trainer's
+    # checkpoint manager keeps that file (step timestamps) one level up; the restore needs only
+    # state/'s own _METADATA, so the warning says nothing wrong.
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    commands = {"status": _cmd_status, "sql": _cmd_sql, "export-hf": _cmd_export_hf}
     try:
-        return _cmd_status(args) if args.command == "status" else _cmd_sql(args)
+        return commands[args.command](args)
     except LocationError as e:
         sys.stderr.write(f"marin {args.command}: {e}\n")
         return 2

@@ -1,6 +1,7 @@
 """Hugging Face interop: a trained model as a `transformers` LlamaForCausalLM folder, and back.
 
     export_hf(source, out_dir)        params (+ config) or a checkpoint -> config.json + model.safetensors
+                                      (+ the tokenizer's files, with tokenizer=)
     import_hf(folder)                 such a folder -> (LlamaConfig, params)
     import_hf_to_dir(folder, out_dir) such a folder -> params.npz + model_config.json (what
                                       `evaluate` and `load_model` read)
@@ -17,6 +18,7 @@ No Dagster here (an engine module).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -79,8 +81,15 @@ class HfFormatError(ValueError):
 # config.json
 
 
-def hf_config(config: LlamaConfig, torch_dtype: str = "float32") -> dict[str, Any]:
-    """config.json for `config`, as transformers' LlamaConfig writes it."""
+def hf_config(
+    config: LlamaConfig,
+    torch_dtype: str = "float32",
+    *,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+) -> dict[str, Any]:
+    """config.json for `config`, as transformers' LlamaConfig writes it; the special token ids
+    are the tokenizer's (see `hf_tokenizer`)."""
     if config.qk_norm:
         raise HfFormatError(
             "qk_norm=True (a Qwen3Config model): only Llama models export to a Hugging Face "
@@ -114,10 +123,10 @@ def hf_config(config: LlamaConfig, torch_dtype: str = "float32") -> dict[str, An
         "tie_word_embeddings": config.tie_word_embeddings,
         "torch_dtype": torch_dtype,
         "use_cache": True,
-        # The tokenizer's special tokens are not the model's to know (transformers would
-        # otherwise assume Llama's 1 and 2); set them with the tokenizer when generating.
-        "bos_token_id": None,
-        "eos_token_id": None,
+        # The tokenizer's, when it is known; None rather than transformers' default (Llama's
+        # 1 and 2), which would be some other token of this vocabulary.
+        "bos_token_id": bos_token_id,
+        "eos_token_id": eos_token_id,
     }
 
 
@@ -361,6 +370,69 @@ def _few(names: list[str], n: int = 6) -> str:
 
 
 # ---------------------------------------------------------------------------------------
+# the tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class HfTokenizer:
+    """A tokenizer as a Hugging Face folder holds it: its files (name -> text) and the special
+    token ids config.json names."""
+
+    files: Mapping[str, str]
+    bos_token_id: int | None
+    eos_token_id: int | None
+    vocab_size: int
+
+
+def hf_tokenizer(spec: str, model_max_length: int | None = None) -> HfTokenizer:
+    """The files that make `AutoTokenizer.from_pretrained(folder)` load the tokenizer at
+    `spec` (a tokenizer.json, or a folder holding one: a tokenizer asset's output).
+
+    tokenizer.json is copied as it is; tokenizer_config.json (transformers', not the
+    training record a tokenizer asset keeps under that name) names PreTrainedTokenizerFast
+    and the special tokens. EOS is found as the token cache found it (`find_eos_id`); BOS is
+    the token the tokenizer's template puts before every encoding, if any.
+    """
+    from marin_dagster.tokenize.tokenizer import (
+        TOKENIZER_FILE,
+        find_eos_id,
+        load_tokenizer,
+        vocab_size,
+    )
+
+    path = fs.normalize(spec)
+    tokenizer_json = path if path.endswith(".json") else fs.join(path, TOKENIZER_FILE)
+    try:
+        tok = load_tokenizer(tokenizer_json)
+    except ValueError as e:  # not a tokenizer.json; a missing one is a FileNotFoundError
+        raise HfFormatError(str(e)) from e
+    eos_id = find_eos_id(tok)
+    # A token the template puts before the text (Llama's <s>, Llama 3's <|begin_of_text|>).
+    plain = tok.encode("a", add_special_tokens=False).ids
+    templated = tok.encode("a").ids
+    bos_id = templated[0] if templated[1 : len(plain) + 1] == plain else None
+
+    def token(token_id: int | None) -> str | None:
+        return None if token_id is None else tok.id_to_token(token_id)
+
+    special = {"bos_token": token(bos_id), "eos_token": token(eos_id)}
+    special = {k: v for k, v in special.items() if v is not None}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": False,
+        **special,
+    }
+    if model_max_length is not None:
+        config["model_max_length"] = model_max_length
+    files = {
+        TOKENIZER_FILE: fs.read_bytes(tokenizer_json).decode("utf-8"),
+        "tokenizer_config.json": json.dumps(config, indent=2, sort_keys=True) + "\n",
+        "special_tokens_map.json": json.dumps(special, indent=2, sort_keys=True) + "\n",
+    }
+    return HfTokenizer(files, bos_id, eos_id, vocab_size(tok))
+
+
+# ---------------------------------------------------------------------------------------
 # folders
 
 
@@ -371,6 +443,7 @@ def export_hf(
     config: LlamaConfig | None = None,
     dtype: Any = None,
     overwrite: bool = False,
+    tokenizer: str | None = None,
 ) -> str:
     """Write `out_dir` as a transformers LlamaForCausalLM folder (config.json, model.safetensors).
 
@@ -378,9 +451,11 @@ def export_hf(
     it: a train output (params.npz + model_config.json) or an orbax step directory
     `{output}/checkpoints/{step}`. `dtype` (float32, bfloat16, float16) casts the weights;
     None keeps theirs (float32 for the engine's). An existing non-empty `out_dir` is
-    refused unless `overwrite`. The folder appears whole: locally it is written beside
-    `out_dir` and renamed into place; on an object store config.json is uploaded last, so
-    a folder without one is incomplete. Returns `out_dir`, normalized.
+    refused unless `overwrite`. `tokenizer` (a tokenizer.json or a folder holding one) adds
+    its files (`hf_tokenizer`) and sets config.json's bos/eos_token_id; without it they are
+    null. The folder appears whole: locally it is written beside `out_dir` and renamed into
+    place; on an object store config.json is uploaded last, so a folder without one is
+    incomplete. Returns `out_dir`, normalized.
     """
     out_dir = fs.normalize(out_dir)
     _check_free(out_dir, overwrite)  # before reading a checkpoint that may be large
@@ -400,13 +475,26 @@ def export_hf(
         params = source
     tensors = to_hf_tensors(params, config, dtype)
     torch_dtype = tensors[EMBED_TOKENS].dtype.name
-    config_json = json.dumps(hf_config(config, torch_dtype), indent=2, sort_keys=True) + "\n"
+    hf_tok = None if tokenizer is None else hf_tokenizer(tokenizer, config.seq_len)
+    if (
+        hf_tok is not None
+        and config.vocab_size is not None
+        and hf_tok.vocab_size > config.vocab_size
+    ):
+        raise HfFormatError(
+            f"the tokenizer {tokenizer} has {hf_tok.vocab_size} ids, the model's vocabulary "
+            f"{config.vocab_size}: it is not the tokenizer the model was trained with"
+        )
+    bos, eos = (hf_tok.bos_token_id, hf_tok.eos_token_id) if hf_tok else (None, None)
+    cfg = hf_config(config, torch_dtype, bos_token_id=bos, eos_token_id=eos)
+    config_json = json.dumps(cfg, indent=2, sort_keys=True) + "\n"
+    files = {**(hf_tok.files if hf_tok else {}), CONFIG_FILE: config_json}
     # safetensors' "format" metadata: transformers refuses files without a known one.
     metadata = {"format": "pt"}
     if fs.is_local(out_dir):
-        _write_local(out_dir, tensors, metadata, config_json, overwrite)
+        _write_local(out_dir, tensors, metadata, files, overwrite)
     else:
-        _write_remote(out_dir, tensors, metadata, config_json, overwrite)
+        _write_remote(out_dir, tensors, metadata, files, overwrite)
     size = sum(x.nbytes for x in tensors.values())
     logger.info(
         "exported %d tensors (%.1f MiB, %s) as a Hugging Face Llama folder: %s",
@@ -435,7 +523,7 @@ def _write_local(
     out_dir: str,
     tensors: dict[str, np.ndarray],
     metadata: dict[str, str],
-    config_json: str,
+    files: Mapping[str, str],
     overwrite: bool,
 ) -> None:
     parent, name = os.path.split(out_dir)
@@ -445,12 +533,13 @@ def _write_local(
     os.makedirs(tmp)
     try:
         save_file(tensors, os.path.join(tmp, WEIGHTS_FILE), metadata=metadata)
-        with open(os.path.join(tmp, CONFIG_FILE), "w", encoding="utf-8") as f:
-            f.write(config_json)
+        for file, text in files.items():
+            with open(os.path.join(tmp, file), "w", encoding="utf-8") as f:
+                f.write(text)
         umask = os.umask(0)
         os.umask(umask)
-        for file in (WEIGHTS_FILE, CONFIG_FILE):
-            # safetensors creates its file 0600; give both the mode a plain write would have.
+        for file in (WEIGHTS_FILE, *files):
+            # safetensors creates its file 0600; give all the mode a plain write would have.
             os.chmod(os.path.join(tmp, file), 0o666 & ~umask)
             with open(os.path.join(tmp, file), "rb") as f:
                 os.fsync(f.fileno())
@@ -481,14 +570,16 @@ def _write_remote(
     out_dir: str,
     tensors: dict[str, np.ndarray],
     metadata: dict[str, str],
-    config_json: str,
+    files: Mapping[str, str],
     overwrite: bool,
 ) -> None:
     if overwrite:
         fs.remove(out_dir, recursive=True)
     with fs.atomic_path(fs.join(out_dir, WEIGHTS_FILE)) as local:
         save_file(tensors, local, metadata=metadata)
-    fs.write_text(fs.join(out_dir, CONFIG_FILE), config_json)
+    # config.json last: a folder without it is an unfinished export.
+    for file in sorted(files, key=lambda name: name == CONFIG_FILE):
+        fs.write_text(fs.join(out_dir, file), files[file])
 
 
 def read_hf_tensors(folder: str) -> dict[str, np.ndarray]:
