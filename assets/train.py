@@ -55,7 +55,11 @@ def _run_train(
     config: TrainLmConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
     levanter = step.resources.levanter
-    tok = load_tokenizer(fs.join(inputs["tokenizer"], TOKENIZER_FILE))
+    tokenizer_file = fs.join(inputs["tokenizer"], TOKENIZER_FILE)
+    tok = load_tokenizer(tokenizer_file)
+    # The checkpoint carries its tokenizer: `marin export-hf` and anyone sampling from it
+    # need no experiment file to find which one it was.
+    fs.write_bytes(fs.join(output_path, TOKENIZER_FILE), fs.read_bytes(tokenizer_file))
     # The experiment names datasets by asset; the engine reads their token caches.
     train_config = dataclasses.replace(
         config,

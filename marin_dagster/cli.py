@@ -365,12 +365,15 @@ def _train_output(checkpoint: str) -> str:
 def _trained_tokenizer(train_output: str, args: argparse.Namespace) -> tuple[str | None, str]:
     """The tokenizer `train_output` was trained with, or None and why it is unknown.
 
-    A train output does not name its tokenizer; the train_lm step of the code location that
-    writes it does (its tokenizer is an input, under the same prefix).
+    A train output holds a copy of its tokenizer; one written before it did is found through
+    the train_lm step of the code location that writes it (its tokenizer is an input, under
+    the same prefix).
     """
     from marin_dagster import fs
     from marin_dagster.tokenize.tokenizer import TOKENIZER_FILE
 
+    if fs.exists(fs.join(train_output, TOKENIZER_FILE)):
+        return train_output, ""
     where = (
         f"-f {args.file}"
         if args.file

@@ -93,7 +93,8 @@ def test_a_checkpoint_step_exports_with_its_tokenizer_and_no_orbax_noise(trained
     step = os.path.join(trained["output"], "checkpoints", "4")
     done = marin("export-hf", step, out, "-f", trained["exp"], env=trained["env"], cwd=REPO)
     assert done.returncode == 0, done.stderr
-    assert f"with the tokenizer of {trained['tokenizer']}" in done.stdout
+    # the train output's own copy of its tokenizer
+    assert f"with the tokenizer of {trained['output']}" in done.stdout
     assert "_CHECKPOINT_METADATA" not in done.stderr and "no tokenizer" not in done.stderr
 
     original = os.path.join(trained["tokenizer"], "tokenizer.json")
@@ -115,39 +116,51 @@ def test_a_checkpoint_step_exports_with_its_tokenizer_and_no_orbax_noise(trained
     assert config["vocab_size"] >= tok.get_vocab_size()
 
 
-def test_without_the_experiment_file_the_export_says_it_has_no_tokenizer(
+def test_an_output_carries_its_tokenizer_and_an_older_one_is_found_by_its_step(
     trained, tmp_path, capsys, monkeypatch
 ):
-    out = str(tmp_path / "hf")
+    """A train output holds a copy of its tokenizer: no experiment file is needed. One
+    written before it did is found through the experiment file's train_lm step, or the
+    export says why it has no tokenizer."""
     code, stdout, err = in_process(
-        capsys, monkeypatch, "export-hf", trained["output"], out, env=trained["env"]
-    )
+        capsys, monkeypatch, "export-hf", trained["output"], str(tmp_path / "hf"),
+        env=trained["env"],
+    )  # fmt: skip
+    assert code == 0 and f"with the tokenizer of {trained['output']}" in stdout, err
+    assert "no tokenizer" not in err
+
+    # An output from before the copy, in a prefix of its own (a copy of the whole prefix).
+    data = os.path.dirname(os.path.dirname(trained["output"]))
+    shutil.copytree(data, tmp_path / "data")
+    older = tmp_path / "data" / os.path.relpath(trained["output"], data)
+    os.remove(older / "tokenizer.json")
+    out = str(tmp_path / "hf-older")
+    code, stdout, err = in_process(capsys, monkeypatch, "export-hf", str(older), out,
+                                   env=trained["env"])  # fmt: skip
     assert code == 0 and out in stdout, err
     assert (
         "marin export-hf: no tokenizer written (config.json's bos/eos_token_id are null): "
         f"no train_lm step of the code location (marin_dagster.definitions) writes "
-        f"{trained['output']}; name the experiment file that trained it with -f, or give the "
+        f"{older}; name the experiment file that trained it with -f, or give the "
         "tokenizer with --tokenizer DIR"
     ) in err
     assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
     assert _json(os.path.join(out, "config.json"))["eos_token_id"] is None
 
-    # The train output moved away from its tokenizer: found, but not there.
-    moved = tmp_path / "elsewhere" / "checkpoints" / os.path.basename(trained["output"])
-    shutil.copytree(trained["output"], moved)
+    # with the experiment file, its train_lm step names the tokenizer beside the output
+    tokenizer = tmp_path / "data" / os.path.relpath(trained["tokenizer"], data)
+    export = ("export-hf", str(older), "-f", trained["exp"])
+    code, stdout, err = in_process(
+        capsys, monkeypatch, *export[:2], str(tmp_path / "hf2"), *export[2:], env=trained["env"]
+    )
+    assert code == 0 and f"with the tokenizer of {tokenizer}" in stdout, err
+    shutil.rmtree(tokenizer)
     code, _, err = in_process(
-        capsys,
-        monkeypatch,
-        "export-hf",
-        str(moved),
-        str(tmp_path / "hf2"),
-        "-f",
-        trained["exp"],
-        env=trained["env"],
+        capsys, monkeypatch, *export[:2], str(tmp_path / "hf3"), *export[2:], env=trained["env"]
     )
     assert code == 0
     assert "no tokenizer written" in err and "its tokenizer tokenizers/notes (version" in err
-    assert f"no tokenizer.json at {tmp_path / 'elsewhere' / 'tokenizers'}/notes-" in err
+    assert f"no tokenizer.json at {tokenizer}; materialize it, or give --tokenizer" in err
 
 
 def test_a_tokenizer_given_by_hand_with_a_bos_token(trained, tmp_path, capsys, monkeypatch):
