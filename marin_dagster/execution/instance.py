@@ -11,6 +11,8 @@ import socket
 
 import dagster as dg
 
+from marin_dagster.execution.processes import process_gone, process_start_time
+
 DEFAULT_HOME = ".dagster"
 
 DAGSTER_YAML = """\
@@ -67,41 +69,6 @@ RUN_HOST_TAG = "marin/run_host"
 RUN_PROCESS_START_TAG = "marin/run_process_start"
 
 
-def process_start_time(pid: int) -> int | None:
-    """When `pid` started (clock ticks since boot, /proc/PID/stat), or None where unknown.
-
-    Together with the pid it names one process: a pid alone may have been reused since.
-    """
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name, in parentheses, may itself hold spaces and parentheses.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _process_gone(pid: int, started: int | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # someone else's process: alive, though not necessarily ours (checked below)
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[-1].split()[0] == "Z":
-                return True  # killed, not yet reaped by its parent
-    except (OSError, IndexError):
-        pass
-    now = process_start_time(pid)
-    return started is not None and now is not None and now != started
-
-
 def run_process_tags() -> dict[str, str]:
     """The tags naming this process as the driver of a run (see `fail_orphaned_runs`)."""
     tags = {RUN_PID_TAG: str(os.getpid()), RUN_HOST_TAG: socket.gethostname()}
@@ -134,7 +101,7 @@ def fail_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
             continue
         started_tag = run.tags.get(RUN_PROCESS_START_TAG)
         started = int(started_tag) if started_tag and started_tag.isdigit() else None
-        if not _process_gone(pid, started):
+        if not process_gone(pid, started):
             continue
         message = (
             f"The process driving this run (pid {pid} on {host}) is gone: it was killed or "

@@ -24,6 +24,7 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem
 
 from marin_dagster import fs
+from marin_dagster.execution.processes import process_gone
 from marin_dagster.execution.status import LOCK_FILE
 
 logger = logging.getLogger(__name__)
@@ -44,16 +45,6 @@ class LeaseHeldError(RuntimeError):
 
 class LeaseLostError(RuntimeError):
     """The lease was taken over while this run held it."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def describe_holder(lock: dict[str, Any]) -> str:
@@ -104,7 +95,7 @@ class Lease:
         return (
             lock.get("host") == socket.gethostname()
             and isinstance(lock.get("pid"), int)
-            and not _pid_alive(lock["pid"])
+            and process_gone(lock["pid"])
         )
 
     # -- writing -----------------------------------------------------------

@@ -111,6 +111,41 @@ def test_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(prefix):
         assert lease.holds()
 
 
+def test_lease_of_a_killed_process_not_yet_reaped_is_taken_over_at_once(prefix):
+    """A holder SIGKILLed while its parent (a run worker, `dagster dev`) has not reaped it
+    is a zombie: its pid still answers kill(0), but it will never heartbeat again."""
+    import signal
+    import socket
+
+    out = fs.join(prefix, "step-zombie")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        lock = {
+            "token": "old",
+            "run_id": "killed",
+            "host": socket.gethostname(),
+            "pid": proc.pid,
+            "heartbeat_at": time.time(),
+        }
+        fs.write_json(fs.join(out, LOCK_FILE), lock)
+        slow_to_stale = LeaseSettings(
+            heartbeat_s=0.2, stale_after_s=3600, wait_s=0.5, poll_s=0.05, settle_s=0.1
+        )
+        lease = Lease(out, slow_to_stale, run_id="new")
+        assert not lease.is_stale(lock)  # alive: respected
+        proc.send_signal(signal.SIGKILL)
+        while True:  # dead but not reaped (no wait() yet): a zombie
+            with open(f"/proc/{proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        with lease:
+            assert lease.holds()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_taken_over_lease_is_noticed(prefix):
     out = fs.join(prefix, "step-1234")
     lease = Lease(out, FAST, run_id="one")

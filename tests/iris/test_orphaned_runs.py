@@ -25,8 +25,8 @@ from marin_dagster.execution.instance import (
     RUN_PID_TAG,
     RUN_PROCESS_START_TAG,
     fail_orphaned_runs,
-    process_start_time,
 )
+from marin_dagster.execution.processes import process_start_time
 from marin_dagster.execution.status import StepStatus, read_status
 from resources.storage import StorageResource
 from tests.conftest import REPO, subprocess_env
