@@ -326,16 +326,20 @@ def _check_prefix(storage: Any, run: Any) -> None:
         )
 
 
-def _input_paths(storage: Any, upstream: Mapping[str, Step], location: str) -> dict[str, str]:
+def _input_paths(
+    storage: Any, upstream: Mapping[str, Step], location: str, key: dg.AssetKey
+) -> dict[str, str]:
+    """Each input's output folder; one not built fails, saying how to build this step with
+    everything it needs (`+key`: every missing input, not only the first one found)."""
     inputs = {}
     for role, up in upstream.items():
-        key = up.asset.key
         path = storage.output_path(up.name, up.version)
         record = read_status(path)
         if record is None or record.status != StepStatus.SUCCESS:
             state = record.status.value if record else "missing"
             raise dg.Failure(
-                f"input {role!r} ({up.name}) is {state} at {path}; materialize it first, e.g. "
+                f"input {role!r} ({up.name}) is {state} at {path}; materialize it first, "
+                "e.g. with this step and all it needs: "
                 f"`dagster asset materialize {location} --select '+{key.to_user_string()}'`"
             )
         inputs[role] = path
@@ -375,7 +379,7 @@ def versioned_asset(
         _check_prefix(storage, context.run)
         output_path = storage.output_path(name, version)
         location = _code_location_args(context.run, defined_at)
-        inputs = _input_paths(storage, upstream_steps, location)
+        inputs = _input_paths(storage, upstream_steps, location, key)
         force = config.force or _force_tag(context.run.tags)
         run_id = context.run.run_id
         step = StepContext(name, version, run_id, context.log, context.resources, context)

@@ -54,11 +54,15 @@ def test_a_missing_input_names_the_command_for_this_code_location(tmp_path, dags
     )
     assert failed.returncode != 0
     out = failed.stdout + failed.stderr
-    hint = f"dagster asset materialize -f {shlex.quote(str(exp))} --select '+raw/notes_raw'"
+    hint = (
+        f"dagster asset materialize -f {shlex.quote(str(exp))} "
+        "--select '+tokenizers/notes_tokenizer'"
+    )
     assert hint in out, out[-3000:]
     assert "marin_dagster.definitions" not in out
-    ran = _dagster(shlex.split(hint)[1:], prefix, dagster_home)
+    ran = _dagster(shlex.split(hint)[1:], prefix, dagster_home)  # builds both
     assert ran.returncode == 0 and "RUN_SUCCESS" in ran.stdout + ran.stderr
+    assert ran.stdout.count("STEP_SUCCESS") + ran.stderr.count("STEP_SUCCESS") == 2
 
 
 def test_a_missing_input_in_a_script_names_the_file_that_defined_the_step(tmp_path):
