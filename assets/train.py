@@ -51,10 +51,28 @@ def _png_markdown(path: str, alt: str) -> str:
     return f"![{alt}](data:image/png;base64,{data})"
 
 
+def _check_accelerator(step: StepContext) -> str:
+    """The kind of device JAX trains on; a warning where the step asked for an accelerator
+    that JAX does not see (a script ignores `resources=`, and a CPU-only jax sees none)."""
+    import jax
+
+    asked = ResourceConfig.from_op_tags(step.dagster.op_def.tags)
+    kind = jax.devices()[0].device_kind
+    if asked.needs_accelerator and jax.default_backend() == "cpu":
+        step.log.warning(
+            f"resources={asked.to_string()!r} asks for an accelerator, but JAX sees only CPU "
+            f"devices ({kind}): training on the CPU. On a GPU machine install JAX's CUDA "
+            "build (pip install 'jax[cuda12]') and check CUDA_VISIBLE_DEVICES; on a TPU VM, "
+            "'jax[tpu]'"
+        )
+    return kind
+
+
 def _run_train(
     config: TrainLmConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
     levanter = step.resources.levanter
+    device = _check_accelerator(step)
     tokenizer_file = fs.join(inputs["tokenizer"], TOKENIZER_FILE)
     tok = load_tokenizer(tokenizer_file)
     # The checkpoint carries its tokenizer: `marin export-hf` and anyone sampling from it
@@ -91,6 +109,7 @@ def _run_train(
         "parameters": result.num_parameters,
         "steps": result.final_step,
         "devices": result.num_devices,
+        "device_kind": device,
         "resumed_from_step": result.resumed_from_step,
         "loss_curve": dg.MetadataValue.md(_png_markdown(result.loss_curve_path, "loss curve")),
         "sample": dg.MetadataValue.md(f"```\n{result.sample_text or ''}\n```"),

@@ -24,7 +24,12 @@ TINY = dataclasses.replace(
 )
 
 
-def build(vocab_size: int = 512, steps: int = 12, checkpoint_every_steps: int | None = None):
+def build(
+    vocab_size: int = 512,
+    steps: int = 12,
+    checkpoint_every_steps: int | None = None,
+    resources: str = "cpu",
+):
     from assets import sample_corpus, tokenized, tokenizer
     from assets.train import evaluate, train_lm
 
@@ -40,6 +45,7 @@ def build(vocab_size: int = 512, steps: int = 12, checkpoint_every_steps: int | 
         seq_len=128,
         num_train_steps=steps,
         checkpoint_every_steps=checkpoint_every_steps,
+        resources=resources,
     )
     ev = evaluate("eval/tiny-shakespeare", checkpoint=model, datasets=[ds], max_batches=2)
     return [corpus, tok, ds, model, ev]
@@ -223,3 +229,23 @@ def _flatten(params) -> dict:
     from marin_dagster.levanter.checkpoint import flatten_params
 
     return flatten_params(params)
+
+
+def test_an_accelerator_asked_for_and_not_there_is_warned_of(tmp_path, downloads):
+    """A script (or a CPU-only jax) trains on the CPU whatever `resources=` asks: it says so,
+    with the fix, and the metadata names the device."""
+    corpus, tok, ds, model, _ = build(steps=2, resources="gpu:1")
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [corpus, tok, ds, model],
+            instance=instance,
+            resources=_resources(str(tmp_path / "data"), downloads),
+        )
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.step_key == model.op.name and "asks for an accelerator" in e.user_message
+        ]
+    assert len(warnings) == 1 and "resources='gpu:1'" in warnings[0]
+    assert "jax[cuda12]" in warnings[0]
+    assert _meta(result, model)["device_kind"] == "cpu"
