@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,54 @@ from marin_dagster.levanter.model import Params
 logger = logging.getLogger(__name__)
 
 
+def tensorstore_to_gcs_emulator() -> None:
+    """Point tensorstore (orbax's writer) at the GCS emulator that gcsfs is pointed at.
+
+    gcsfs and the Google client read STORAGE_EMULATOR_HOST; tensorstore does not, and asks
+    the real GCS for credentials the emulator never needs, waiting without end for its
+    first checkpoint. Only an emulator sets that variable, so no real bucket is affected.
+    """
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if host:
+        os.environ.setdefault(
+            "TENSORSTORE_GCS_HTTP_URL", host if "://" in host else f"http://{host}"
+        )
+        os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
+
+
+# How long tensorstore may take to write one small object where the checkpoints go.
+PROBE_TIMEOUT_S = 60.0
+_PROBE_KEY = ".marin-tensorstore-probe"
+
+
+class CheckpointStorageError(RuntimeError):
+    """Orbax's writer (tensorstore) cannot write where the checkpoints go."""
+
+
+def _probe_tensorstore(directory: str) -> None:
+    """Write and delete one small object under `directory` through tensorstore, in bounded
+    time. gcsfs may be authorised where tensorstore is not (it asks for Application Default
+    Credentials), and then orbax's first save waits without end."""
+    import tensorstore as ts
+
+    bucket, _, path = directory.removeprefix("gs://").partition("/")
+    spec = {"driver": "gcs", "bucket": bucket, "path": path.rstrip("/") + "/"}
+    try:
+        store = ts.KvStore.open(spec).result(timeout=PROBE_TIMEOUT_S)
+        store.write(_PROBE_KEY, b"ok").result(timeout=PROBE_TIMEOUT_S)
+        store.delete_range(ts.KvStore.KeyRange(_PROBE_KEY, _PROBE_KEY + "\0")).result(
+            timeout=PROBE_TIMEOUT_S
+        )
+    except Exception as e:  # TimeoutError, or tensorstore's ValueError with GCS's answer
+        what = "no answer" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+        raise CheckpointStorageError(
+            f"orbax's checkpoint writer (tensorstore) cannot write to {directory} ({what} "
+            f"within {PROBE_TIMEOUT_S:.0f} s). It authenticates with Application Default "
+            "Credentials, not gcsfs's token: run `gcloud auth application-default login` or "
+            "set GOOGLE_APPLICATION_CREDENTIALS to a service account key that may write there"
+        ) from None
+
+
 class Checkpointer:
     def __init__(
         self,
@@ -37,6 +86,9 @@ class Checkpointer:
         checkpoint_every_minutes: float | None,
     ) -> None:
         self.directory = fs.normalize(directory)  # orbax wants absolute paths
+        if self.directory.startswith("gs://"):
+            tensorstore_to_gcs_emulator()
+            _probe_tensorstore(self.directory)
         if keep is not None and keep < 1:
             raise ValueError(f"keep must be at least 1 (or None for all), got {keep}")
         if checkpoint_every_steps is not None and checkpoint_every_steps < 1:

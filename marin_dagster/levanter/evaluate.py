@@ -95,6 +95,9 @@ def load_model(checkpoint_path: str) -> tuple[LlamaConfig, Params]:
         )
     import orbax.checkpoint as ocp
 
+    from marin_dagster.levanter.checkpoint import tensorstore_to_gcs_emulator
+
+    tensorstore_to_gcs_emulator()
     config = LlamaConfig.from_dict(run_config["model"])
     checkpointer = ocp.StandardCheckpointer()
     # Target every array at the first local device, whatever mesh saved it.
