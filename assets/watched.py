@@ -143,21 +143,26 @@ def _jsonl_documents(
     return docs
 
 
+def _nothing_to_build(config: FolderCorpusConfig) -> str | None:
+    # An empty inbox is not built (nor, so, the steps after it): not a failure, and not an
+    # empty corpus that fails two steps later. "Materialize all" then builds the rest.
+    if not os.path.isdir(config.folder):
+        return (
+            f"the watched folder {config.folder} does not exist (or is not a folder); create "
+            "it and put text files there, or point watched_folder(...) at it"
+        )
+    if not _folder_files(config):
+        return (
+            f"no files under {config.folder} match pattern {config.pattern!r} (dotfiles and "
+            "temporary files are left out); add files there or change `pattern`"
+        )
+    return None
+
+
 def _run_folder_corpus(
     config: FolderCorpusConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
-    # An empty source fails here, naming the folder, not two steps later as an empty dataset.
-    if not os.path.isdir(config.folder):
-        raise FileNotFoundError(
-            f"folder_corpus: the watched folder {config.folder} does not exist (or is not a "
-            "folder); create it and put text files there, or point watched_folder(...) at it"
-        )
     rels = _folder_files(config)
-    if not rels:
-        raise ValueError(
-            f"folder_corpus: no files under {config.folder} match pattern {config.pattern!r} "
-            "(dotfiles and temporary files are left out); add files there or change `pattern`"
-        )
     digests, docs = {}, []
     for rel in rels:
         path = os.path.join(config.folder, rel)
@@ -218,6 +223,7 @@ def folder_corpus(
         kind="folder_corpus",
         config=cfg,
         run=_run_folder_corpus,
+        nothing_to_build=_nothing_to_build,
         description=f"The text files under {cfg.folder} as JSONL documents.",
         kinds=("json",),
         resources=resources,

@@ -358,12 +358,16 @@ def versioned_asset(
     required_resources: Sequence[str] = (),
     kinds: Sequence[str] = (),
     label: str | None = None,
+    nothing_to_build: Callable[[Any], str | None] | None = None,
 ) -> dg.AssetsDefinition:
     """A Dagster asset for a versioned step writing `{prefix}/{name}-{version}`.
 
     `resources` ("cpu", "gpu:h100x8", "tpu:v5e-8", ...) is what the step needs; it is
     not part of the version and lands in the asset's op tags for the Iris executor.
     `label` (e.g. train_lm's `version="v1"`) is a user's own tag that enters the version.
+    `nothing_to_build(config)` says why there is nothing to build yet (an empty inbox), or
+    None: with a reason the step materializes nothing and the steps after it are skipped,
+    as Dagster skips what follows an optional output left out (not a failure).
     """
     step_config = config
     key = asset_key(name, kind)
@@ -416,6 +420,13 @@ def versioned_asset(
             },
         )
 
+    def optional(context: dg.AssetExecutionContext, config: StepRunConfig):
+        reason = nothing_to_build(step_config) if nothing_to_build else None
+        if reason:
+            context.log.warning(f"{name}: nothing to build: {reason}; skipped, with what follows")
+            return
+        yield compute(context, config)
+
     asset = dg.asset(
         key=key,
         code_version=version,
@@ -425,6 +436,7 @@ def versioned_asset(
         op_tags=ResourceConfig.parse(resources).to_op_tags(),
         metadata={"marin/kind": kind, "marin/version": version},
         kinds=set(kinds) or None,
-    )(compute)
+        output_required=nothing_to_build is None,
+    )(compute if nothing_to_build is None else optional)
     register_step(Step(name, kind, version, config, upstream_steps, asset, defined_at))
     return asset

@@ -1,5 +1,5 @@
-"""`folder_corpus` over a folder that is missing, holds no matching file or no text fails at
-the source, naming it."""
+"""`folder_corpus` over a folder that is missing or holds no matching file has nothing to
+build (skipped, with what follows, naming why); files with no text fail at the source."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import dagster as dg
 import pytest
 
 from assets import folder_corpus, watched_folder
+from marin_dagster.execution.asset import step_for
 from marin_dagster.execution.status import StepStatus, read_status
 from resources.storage import StorageResource
+from resources.zephyr import ZephyrResource
 
 
 def _materialize(folder: str, prefix: str, **config) -> tuple[dg.ExecuteInProcessResult, str]:
@@ -28,26 +30,53 @@ def _failure_message(result: dg.ExecuteInProcessResult) -> str:
     return failures[0].step_failure_data.error.to_string()
 
 
-def test_a_missing_folder_fails_naming_it(tmp_path):
+def _skipped(folder: str, prefix: str, **config) -> str:
+    """Materialize the folder's corpus and a step after it with nothing to build: both are
+    skipped, the run succeeds, nothing is written; the warning saying why."""
+    from assets import deduplicated
+
+    inbox = watched_folder("raw/inbox", folder)
+    corpus = folder_corpus("raw/inbox_corpus", source=inbox, **config)
+    clean = deduplicated("dedup/inbox", source=corpus, mode="exact")
+    storage = StorageResource(prefix=prefix)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [corpus, clean],
+            instance=instance,
+            resources={"storage": storage, "zephyr": ZephyrResource(max_workers=1)},
+        )
+        assert result.success
+        assert result.get_asset_materialization_events() == []
+        skipped = [e for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
+        assert [e.step_key for e in skipped] == [clean.op.name]
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if "nothing to build" in e.user_message
+        ]
+    for asset in (corpus, clean):
+        output = storage.output_path(step_for(asset).name, asset.code_versions_by_key[asset.key])
+        assert read_status(output) is None
+    assert len(warnings) == 1
+    return warnings[0]
+
+
+def test_a_missing_folder_is_skipped_naming_it(tmp_path):
+    """An inbox not made yet is nothing to build, not a failure: "Materialize all" builds
+    the rest of the location."""
     missing = tmp_path / "no-such-inbox"
-    result, output = _materialize(str(missing), str(tmp_path / "data"))
-    assert not result.success
-    message = _failure_message(result)
-    assert str(missing) in message and "does not exist" in message
-    assert read_status(output).status == StepStatus.FAILED
+    warning = _skipped(str(missing), str(tmp_path / "data"))
+    assert str(missing) in warning and "does not exist" in warning
 
 
 @pytest.mark.parametrize("files, pattern", [({}, "*"), ({".hidden": "x", "a.md": "x"}, "*.txt")])
-def test_a_folder_without_matching_files_fails_naming_it(tmp_path, files, pattern):
+def test_a_folder_without_matching_files_is_skipped_naming_it(tmp_path, files, pattern):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     for name, text in files.items():
         (inbox / name).write_text(text)
-    result, output = _materialize(str(inbox), str(tmp_path / "data"), pattern=pattern)
-    assert not result.success
-    message = _failure_message(result)
-    assert str(inbox) in message and repr(pattern) in message
-    assert read_status(output).status == StepStatus.FAILED
+    warning = _skipped(str(inbox), str(tmp_path / "data"), pattern=pattern)
+    assert str(inbox) in warning and repr(pattern) in warning
 
 
 def test_a_folder_with_files_still_succeeds(tmp_path):
