@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,25 @@ def topology_from_env(env: dict[str, str] | None = None) -> Topology | None:
     return Topology(n, pid, address)
 
 
+def _check_coordinator_port(address: str) -> None:
+    """Process 0 serves the coordinator at `address`: a port another program holds would
+    crash it in C++ (a segfault) while the other processes wait for it."""
+    port = address.rpartition(":")[2]
+    if not port.isdigit():
+        return  # not host:port: jax says what is wrong with it
+    with socket.socket(socket.AF_INET) as probe:
+        # as gRPC binds: a port a closed connection left in TIME_WAIT is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", int(port)))
+        except OSError as e:
+            raise RuntimeError(
+                f"the coordinator address {address} (MARIN_COORDINATOR_ADDRESS) cannot be served "
+                f"here: port {port} is taken ({e.strerror}); choose a free port for every "
+                "process of this training"
+            ) from None
+
+
 def initialize_from_env() -> Topology:
     """Join the other processes of this training (once per process); the topology joined."""
     global _initialized
@@ -119,6 +139,16 @@ def initialize_from_env() -> Topology:
     if topo.num_processes == 0:
         jax.distributed.initialize(initialization_timeout=timeout)
     else:
+        if topo.process_id == 0:
+            _check_coordinator_port(topo.coordinator_address)
+        logger.info(
+            "process %d of %d joins the training at %s; it waits up to %d s for the others (%s)",
+            topo.process_id,
+            topo.num_processes,
+            topo.coordinator_address,
+            timeout,
+            INIT_TIMEOUT_ENV,
+        )
         jax.distributed.initialize(
             coordinator_address=topo.coordinator_address,
             num_processes=topo.num_processes,

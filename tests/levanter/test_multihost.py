@@ -189,3 +189,27 @@ def test_topology_from_the_launchers_environment() -> None:
         )
     with pytest.raises(ValueError, match="expected integers"):
         topology_from_env({"MARIN_NUM_PROCESSES": "two"})
+
+
+def test_a_coordinator_port_already_taken_is_named_before_joining() -> None:
+    """Process 0 would crash in gRPC's C++ (a segfault) on a taken port while the others
+    waited out their join timeout; it names the port instead."""
+    import socket
+
+    from tests.conftest import subprocess_env
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        env = subprocess_env(
+            MARIN_NUM_PROCESSES="2", MARIN_PROCESS_ID="0", MARIN_COORDINATOR_ADDRESS=address
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", "from marin_dagster.levanter import distributed as d; "
+             "d.initialize_from_env()"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"the coordinator address {address} (MARIN_COORDINATOR_ADDRESS)" in done.stderr
+    assert "is taken" in done.stderr
