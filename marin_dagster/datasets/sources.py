@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -43,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 from marin_dagster import fs
-from marin_dagster.datasets.digests import file_sha256
+from marin_dagster.datasets.digests import cache_dir, file_sha256
 from marin_dagster.zephyr.readers import (
     Cursor,
     InputError,
@@ -94,6 +95,11 @@ class SourceError(ValueError):
         # Raised in Zephyr workers (the dataset asset fetches there) and sent back to the
         # driver: pickle the fields, not the message.
         return (functools.partial(SourceError, factory=self.factory), (self.source, self.detail))
+
+
+class SourceUnreachable(SourceError):
+    """The source's server did not answer (network down, server stopped), as opposed to an
+    answer saying the source is wrong."""
 
 
 # -- the spec ----------------------------------------------------------------
@@ -355,18 +361,68 @@ def _some(names: Iterable[str], n: int = 8) -> str:
     return shown + (f" and {len(names) - n} more" if len(names) > n else "") if names else "none"
 
 
+def _remembered_path(spec: SourceSpec) -> str:
+    fields = dataclasses.asdict(spec)
+    if spec.kind == "hub":
+        fields["endpoint"] = hub_endpoint()  # one id, two hubs: two sources
+    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+    return os.path.join(cache_dir(), "sources", f"{key}.json")
+
+
+def _remember(resolved: ResolvedSource) -> None:
+    """Keep the manifest of a remote source, for when its server does not answer."""
+    record = {"resolved_at": time.time(), **dataclasses.asdict(resolved)}
+    path = _remembered_path(resolved.spec)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: only the offline fallback is lost
+
+
+def _remembered(spec: SourceSpec) -> tuple[ResolvedSource, float] | None:
+    try:
+        with open(_remembered_path(spec)) as f:
+            record = json.load(f)
+        files = tuple(SourceFile(**f) for f in record["files"])
+        return ResolvedSource(spec, files, record["revision"]), record["resolved_at"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def resolve(spec: SourceSpec) -> ResolvedSource:
-    """The files `spec` names, with sizes and identities (and for the hub the commit)."""
-    if spec.kind == "local":
-        resolved = _resolve_local(spec)
-    elif spec.kind == "fsspec":
-        resolved = _resolve_fsspec(spec)
-    elif spec.kind == "http":
-        resolved = _resolve_http(spec)
-    elif spec.kind == "hub":
-        resolved = _resolve_hub(spec)
-    else:
-        raise SourceError(spec.given, f"unknown source kind {spec.kind!r}")
+    """The files `spec` names, with sizes and identities (and for the hub the commit).
+
+    A remote source whose server does not answer is taken as last resolved on this machine
+    (with a warning), so an experiment loads offline: its status shows, and the steps
+    after a dataset already fetched run. Fetching it still needs the server.
+    """
+    try:
+        if spec.kind == "local":
+            resolved = _resolve_local(spec)
+        elif spec.kind == "fsspec":
+            resolved = _resolve_fsspec(spec)
+        elif spec.kind == "http":
+            resolved = _resolve_http(spec)
+        elif spec.kind == "hub":
+            resolved = _resolve_hub(spec)
+        else:
+            raise SourceError(spec.given, f"unknown source kind {spec.kind!r}")
+    except SourceUnreachable as e:
+        last = _remembered(spec)
+        if last is None:
+            raise
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last[1]))
+        logger.warning(
+            f"{e}; using the source's files as resolved at {when} on this machine (the "
+            "versions stay theirs): fetching it still needs the server"
+        )
+        return last[0]
+    if spec.kind != "local":
+        _remember(resolved)
     if resolved.bytes == 0 and all(f.size == 0 for f in resolved.files):
         raise SourceError(
             spec.given,
@@ -459,7 +515,10 @@ def _resolve_fsspec(spec: SourceSpec) -> ResolvedSource:
     except SourceError:
         raise
     except (FileNotFoundError, PermissionError, OSError) as e:
-        raise SourceError(
+        kind = (
+            SourceError if isinstance(e, FileNotFoundError | PermissionError) else SourceUnreachable
+        )
+        raise kind(
             spec.given, f"cannot list {url} ({type(e).__name__}: {e}); check the URL and access"
         ) from e
     candidates = [(p[len(base) + 1 :] if p.startswith(base + "/") else p, p) for p in infos]
@@ -483,7 +542,9 @@ def _http_error(spec: SourceSpec, url: str, e: Exception) -> SourceError:
             f"HTTP {e.code} {e.reason}{' (' + what + ')' if what else ''} for {url}; check the "
             "URL (and that the file is public)",
         )
-    return SourceError(spec.given, f"cannot reach {url} ({type(e).__name__}: {e}); check the URL")
+    return SourceUnreachable(
+        spec.given, f"cannot reach {url} ({type(e).__name__}: {e}); check the URL"
+    )
 
 
 def _resolve_http(spec: SourceSpec) -> ResolvedSource:
@@ -567,7 +628,7 @@ def _hub_error(spec: SourceSpec, e: Exception) -> SourceError:
         )
     if isinstance(e, errors.HfHubHTTPError):
         return SourceError(spec.given, f"the hub answered with an error: {e}".strip())
-    return SourceError(
+    return SourceUnreachable(
         spec.given,
         f"the hub at {hub_endpoint()} is unreachable ({type(e).__name__}: {e}); check the "
         "network or HF_ENDPOINT",

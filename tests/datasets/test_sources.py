@@ -229,6 +229,38 @@ def test_http_404_names_the_url(tmp_path):
         assert url in str(e.value)
 
 
+def test_a_remote_source_that_does_not_answer_is_taken_as_last_resolved(
+    tmp_path, monkeypatch, caplog
+):
+    """Offline, an experiment with a remote source still loads (status, the UI, the steps
+    after a fetched dataset); the version is the last resolution's. A 404 is an answer and
+    still fails; with nothing remembered, the unreachable server fails too."""
+    from assets import dataset
+
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path / "cache"))
+    with serve_files({"web.jsonl": _jsonl(TEXTS)}) as server:
+        url = server.url("web.jsonl")
+        online = resolve(parse_source(url))
+        version = dataset("raw/web", url).code_versions_by_key
+        missing = server.url("missing.jsonl")
+    # the server is gone
+    with caplog.at_level("WARNING"):
+        offline = resolve(parse_source(url))
+    assert offline == online
+    assert any(
+        f"cannot reach {url}" in r.message and "as resolved at" in r.message for r in caplog.records
+    )
+    assert dataset("raw/web", url).code_versions_by_key == version
+    with pytest.raises(SourceError, match="cannot reach"):
+        resolve(parse_source(missing))  # never resolved here
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path / "other-cache"))
+    with pytest.raises(SourceError, match="cannot reach"):
+        resolve(parse_source(url))
+    with serve_files({}) as server:
+        with pytest.raises(SourceError, match=r"HTTP 404"):
+            resolve(parse_source(server.url("web.jsonl")))
+
+
 # -- the hub ------------------------------------------------------------------
 
 CARD = b"""---
