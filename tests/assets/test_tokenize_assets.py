@@ -10,6 +10,7 @@ from assets.tokenize import tokenized, tokenizer
 from marin_dagster import fs
 from marin_dagster.tokenize import TokenCache
 from marin_dagster.tokenize.tokenizer import load_tokenizer
+from resources import local_resources
 from resources.storage import StorageResource
 from resources.zephyr import ZephyrResource
 
@@ -87,10 +88,7 @@ def test_a_vocab_larger_than_the_corpus_supports_is_warned_of(tmp_path):
     src.write_text("".join(f'{{"text": "note {i}: to be, or not to be"}}\n' for i in range(30)))
     raw = dataset("raw/notes", str(src))
     tok = tokenizer("tokenizers/notes", source=raw, vocab_size=5000)
-    resources = {
-        "storage": StorageResource(prefix=str(tmp_path / "data")),
-        "zephyr": ZephyrResource(max_workers=1),
-    }
+    resources = local_resources(str(tmp_path / "data"))
     with dg.instance_for_test() as instance:
         result = dg.materialize([raw, tok], instance=instance, resources=resources)
         warnings = [

@@ -20,6 +20,28 @@ from tests.conftest import subprocess_env
 CORPUS = "raw/shakespeare"
 
 
+def add_orphaned_run(instance: dg.DagsterInstance, job_name: str) -> str:
+    """A STARTED run whose `dagster` process (on this host) has exited: as a kill -9 leaves
+    it. Returns its run id."""
+    import socket
+    import uuid
+
+    from marin_dagster.execution.instance import RUN_HOST_TAG, RUN_PID_TAG
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run_id = str(uuid.uuid4())
+    instance.add_run(
+        dg.DagsterRun(
+            job_name=job_name,
+            run_id=run_id,
+            status=dg.DagsterRunStatus.STARTED,
+            tags={RUN_PID_TAG: str(gone.pid), RUN_HOST_TAG: socket.gethostname()},
+        )
+    )
+    return run_id
+
+
 def marin(*args: str, env: dict[str, str], cwd: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [MARIN, *args],
@@ -194,24 +216,9 @@ def test_sql_serve_answers_queries_and_refuses_writes(served, materialized):
 def test_status_ends_runs_whose_process_is_gone(tmp_path, capsys, monkeypatch):
     """A run whose `dagster` process was killed outright stays STARTED until someone looks:
     `marin status` marks it failed and says so."""
-    import socket
-    import uuid
-
-    from marin_dagster.execution.instance import RUN_HOST_TAG, RUN_PID_TAG
-
     env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": ensure_home(str(tmp_path / "h"))}
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    run_id = str(uuid.uuid4())
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        instance.add_run(
-            dg.DagsterRun(
-                job_name="shakespeare_nano_job",
-                run_id=run_id,
-                status=dg.DagsterRunStatus.STARTED,
-                tags={RUN_PID_TAG: str(gone.pid), RUN_HOST_TAG: socket.gethostname()},
-            )
-        )
+        run_id = add_orphaned_run(instance, "shakespeare_nano_job")
     code, _, err = in_process(capsys, monkeypatch, "status", "--json", env=env)
     assert code == 0
     assert f"marked 1 run(s) whose process on this host is gone as failed: {run_id}" in err

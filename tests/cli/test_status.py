@@ -6,19 +6,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
 
 import dagster as dg
 
 from marin_dagster import fs
-from marin_dagster.execution.instance import RUN_HOST_TAG, RUN_PID_TAG, ensure_home
+from marin_dagster.execution.instance import ensure_home
 from marin_dagster.execution.status import LOCK_FILE, StatusRecord, StepStatus, write_status
 from marin_dagster.execution.step import execute_step
-from tests.cli.test_cli import in_process
+from tests.cli.test_cli import add_orphaned_run, in_process
 from tests.conftest import REPO, subprocess_env
 
 DAGSTER = os.path.join(os.path.dirname(sys.executable), "dagster")
@@ -125,17 +123,7 @@ def test_history_without_dagster_yaml_and_only_this_versions_materialization(
     assert not (home / "dagster.yaml").exists()
     with dg.DagsterInstance.from_config(str(home)) as instance:
         (run,) = instance.get_runs()
-        gone = subprocess.Popen([sys.executable, "-c", "pass"])
-        gone.wait()
-        orphan = str(uuid.uuid4())
-        instance.add_run(
-            dg.DagsterRun(
-                job_name="notes_job",
-                run_id=orphan,
-                status=dg.DagsterRunStatus.STARTED,
-                tags={RUN_PID_TAG: str(gone.pid), RUN_HOST_TAG: socket.gethostname()},
-            )
-        )
+        orphan = add_orphaned_run(instance, "notes_job")
 
     row, err = _status(capsys, monkeypatch, first, env)
     assert row["status"] == "SUCCESS" and row["last materialization"].endswith(

@@ -12,8 +12,7 @@ import dagster as dg
 import pytest
 
 from assets import dataset, tokenizer
-from resources.storage import StorageResource
-from resources.zephyr import ZephyrResource
+from resources import local_resources
 from tests.conftest import REPO, subprocess_env
 
 DAGSTER = os.path.join(os.path.dirname(sys.executable), "dagster")
@@ -68,10 +67,7 @@ def test_a_missing_input_names_the_command_for_this_code_location(tmp_path, dags
 def test_a_missing_input_in_a_script_names_the_file_that_defined_the_step(tmp_path):
     raw = dataset("raw/notes", _notes(tmp_path))
     tok = tokenizer("tokenizers/notes", source=raw, vocab_size=300)
-    resources = {
-        "storage": StorageResource(prefix=str(tmp_path / "data")),
-        "zephyr": ZephyrResource(max_workers=1),
-    }
+    resources = local_resources(str(tmp_path / "data"))
     with dg.instance_for_test() as instance:
         with pytest.raises(dg.Failure) as err:
             dg.materialize([raw, tok], selection=[tok], instance=instance, resources=resources)
