@@ -56,6 +56,11 @@ def _check_accelerator(step: StepContext) -> str:
     that JAX does not see (a script ignores `resources=`, and a CPU-only jax sees none)."""
     import jax
 
+    from marin_dagster.levanter import distributed
+
+    # Join the other hosts first: JAX's backend must not start before that (train() joins
+    # the same way; joining twice is a no-op).
+    distributed.initialize_from_env()
     asked = ResourceConfig.from_op_tags(step.dagster.op_def.tags)
     kind = jax.devices()[0].device_kind
     if asked.needs_accelerator and jax.default_backend() == "cpu":
