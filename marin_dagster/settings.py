@@ -28,6 +28,15 @@ def setting(
     )
 
 
+def parse_bool(text: str) -> bool:
+    """A yes/no setting given as text (a flag, a run tag, a resources option)."""
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
 def settings_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
     """`(field, resolved type)` of a settings dataclass, in declaration order."""
     hints = typing.get_type_hints(cls)

@@ -27,6 +27,7 @@ from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.step import execute_step
 from marin_dagster.execution.version import StepConfig, compute_version
 from marin_dagster.iris import ResourceConfig, iris_placement_metadata
+from marin_dagster.settings import parse_bool
 
 FORCE_TAG = "marin/force"
 
@@ -199,14 +200,13 @@ class DuplicateAssetError(ValueError):
 
 def _force_tag(tags: Mapping[str, str]) -> bool:
     value = tags.get(FORCE_TAG)
-    if value is None:
+    if not value:
         return False
-    if value.lower() in ("1", "true", "yes"):
-        return True
-    if value.lower() in ("0", "false", "no", ""):
-        return False
-    # a value read as false would skip every step of a run meant to redo them
-    raise ValueError(f"run tag {FORCE_TAG}={value!r}: set it to true or false")
+    try:
+        return parse_bool(value)
+    except ValueError:
+        # a value read as false would skip every step of a run meant to redo them
+        raise ValueError(f"run tag {FORCE_TAG}={value!r}: set it to true or false") from None
 
 
 def register_step(step: Step) -> None:

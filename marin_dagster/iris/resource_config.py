@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin_dagster.settings import parse_bool
+
 RESOURCES_TAG = "marin/resources"
 K8S_CONFIG_TAG = "dagster-k8s/config"
 
@@ -357,11 +359,12 @@ class ResourceConfig:
             elif key == "replicas":
                 kwargs["replicas"] = int(_parse_number(raw, value, "replicas"))
             elif key == "preemptible":
-                if raw.lower() not in ("true", "false"):
+                try:
+                    kwargs["preemptible"] = parse_bool(raw)
+                except ValueError:
                     raise ResourceConfigError(
                         f"resources={value!r}: preemptible must be true or false"
-                    )
-                kwargs["preemptible"] = raw.lower() == "true"
+                    ) from None
             else:
                 kwargs[key] = raw
         return ResourceConfig(device=device, **kwargs)

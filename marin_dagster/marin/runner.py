@@ -21,6 +21,7 @@ from assets.experiment import Experiment
 from marin_dagster.execution.asset import Step, upstream_closure
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.marin.lower import lower
+from marin_dagster.settings import parse_bool
 
 
 def _experiment_name() -> str:
@@ -122,11 +123,10 @@ class StepRunner:
 
 
 def _bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    try:
+        return parse_bool(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def executor_main(
