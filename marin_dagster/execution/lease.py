@@ -2,7 +2,8 @@
 
 After Marin's executor: the holder rewrites a heartbeat every
 `heartbeat_s`; a lease whose heartbeat is older than `stale_after_s`, or
-whose holder process on this host is gone, is taken over. Creation is
+whose holder process on this host is gone, is taken over. The holder records its own
+`stale_after_s` in the lease, and is judged by it: runs may be configured differently. Creation is
 exclusive (O_EXCL locally, ifGenerationMatch=0 on GCS); since some object
 stores (the GCS emulator among them) ignore preconditions, the winner also
 re-reads the lease after `settle_s` and backs off if another token is there.
@@ -89,8 +90,16 @@ class Lease:
         # atomic writes, so the lease is stale.
         return {"heartbeat_at": 0}
 
+    def stale_limit(self, lock: dict[str, Any]) -> float:
+        """The holder's own limit: it knows how often it beats (a longer `heartbeat_s` than
+        ours must not make its live lease look stale to us, nor to `marin status`)."""
+        try:
+            return float(lock["stale_after_s"])
+        except (KeyError, TypeError, ValueError):
+            return self.settings.stale_after_s  # a lease written before holders recorded it
+
     def is_stale(self, lock: dict[str, Any]) -> bool:
-        if time.time() - float(lock.get("heartbeat_at", 0)) > self.settings.stale_after_s:
+        if time.time() - float(lock.get("heartbeat_at", 0)) > self.stale_limit(lock):
             return True
         return (
             lock.get("host") == socket.gethostname()
@@ -108,6 +117,7 @@ class Lease:
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "heartbeat_at": now,
+                "stale_after_s": self.settings.stale_after_s,
             }
         ).encode()
 
@@ -166,7 +176,7 @@ class Lease:
                     raise LeaseHeldError(
                         f"{self.path.rsplit('/', 1)[0]} is being written by {describe_holder(lock)}. "
                         "Wait for that run to finish, or if it is dead, wait "
-                        f"{self.settings.stale_after_s:.0f}s for its lease to go stale."
+                        f"{self.stale_limit(lock):.0f}s for its lease to go stale."
                     )
                 if not waited:
                     self.log.info(f"waiting for {self.path} held by {describe_holder(lock)}")

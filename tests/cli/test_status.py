@@ -99,6 +99,11 @@ def test_a_lease_from_another_host_is_judged_by_its_heartbeat(tmp_path, capsys, 
             fs.join(row["output"], LOCK_FILE), {**lock, "heartbeat_at": time.time() - age}
         )
         assert _status(capsys, monkeypatch, exp, env)[0]["status"] == expected
+    # A holder configured with a longer limit (StorageResource.stale_after_s) says so in its
+    # lease, and is judged by it: 200 s is within its 600 s.
+    lock = {**lock, "heartbeat_at": time.time() - 200, "stale_after_s": 600}
+    fs.write_json(fs.join(row["output"], LOCK_FILE), lock)
+    assert _status(capsys, monkeypatch, exp, env)[0]["status"] == "RUNNING"
 
 
 def test_history_without_dagster_yaml_and_only_this_versions_materialization(

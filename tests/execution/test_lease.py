@@ -84,6 +84,25 @@ def test_live_lease_from_another_host_is_respected(prefix):
         Lease(out, FAST).acquire()
 
 
+def test_a_holder_is_judged_by_the_stale_limit_it_runs_with(prefix):
+    """Runs may be configured with different heartbeats: a waiter with the default 90 s
+    limit must not break the live lease of a holder that beats every 2 minutes."""
+    out = fs.join(prefix, "step-1234")
+    slow = LeaseSettings(heartbeat_s=120, stale_after_s=400, wait_s=0.5, poll_s=0.05, settle_s=0.1)
+    holder = Lease(out, slow, run_id="slow")
+    holder.acquire()
+    try:
+        lock = fs.read_json(fs.join(out, LOCK_FILE))
+        assert lock["stale_after_s"] == 400
+        fs.write_json(fs.join(out, LOCK_FILE), {**lock, "heartbeat_at": time.time() - 200})
+        waiter = Lease(out, LeaseSettings(wait_s=0.5, poll_s=0.05, settle_s=0.1), run_id="w")
+        with pytest.raises(LeaseHeldError, match=r"slow .*wait 400s for its lease"):
+            waiter.acquire()
+        assert holder.holds()
+    finally:
+        holder.release()
+
+
 def test_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(prefix):
     out = fs.join(prefix, "step-1234")
     proc = subprocess.run(
