@@ -124,7 +124,7 @@ def _run(
     if result.broken:
         meta["broken_lines_sampled"] = len(result.broken)
         meta["broken_lines"] = dg.MetadataValue.json(result.broken[:20])
-    return {**meta, **step.resources.zephyr.metadata(result.zephyr)}
+    return {**meta, **step.resources.zephyr.metadata(result.zephyr, writes=False)}
 
 
 @dataclasses.dataclass(frozen=True)

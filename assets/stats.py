@@ -119,7 +119,7 @@ def _make_run(roles: Mapping[str, Any]):
             "tokens": sum(r.row["tokens"] or 0 for r in results),
             "database": dg.MetadataValue.path(step.resources.duckdb.database),
             "stats": dg.MetadataValue.md(_markdown(datasets)),
-            **zephyr.metadata(ran),
+            **zephyr.metadata(ran, writes=False),
         }
 
     return run

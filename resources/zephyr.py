@@ -33,6 +33,8 @@ from marin_dagster.zephyr.dataset import WriteOp
 
 _log = logging.getLogger(__name__)
 
+_WRITER_COUNTERS = ("zephyr/records_written", "zephyr/bytes_written")
+
 
 def zephyr_metadata(
     result: ZephyrExecutionResult | Counters, prefix: str = "zephyr/", builtin_only: bool = False
@@ -123,15 +125,20 @@ class ZephyrResource(dg.ConfigurableResource):
         log.info(f"zephyr done ({result.backend}): {result.counters.as_dict()}")
         return result
 
-    def metadata(self, ran: ZephyrExecutionResult | ZephyrContext) -> dict[str, Any]:
+    def metadata(
+        self, ran: ZephyrExecutionResult | ZephyrContext, writes: bool = True
+    ) -> dict[str, Any]:
         """What an asset reports of its Zephyr work: the backend and worker count it ran
-        on and the built-in counters (of one result, or of every execute on a context)."""
+        on and the built-in counters (of one result, or of every execute on a context).
+
+        `writes=False` for a pipeline whose tasks write their own files (no Zephyr writer):
+        its writer counters are zero, and "records_written: 0" beside the step's own count
+        of what it wrote reads as a step that wrote nothing."""
         if isinstance(ran, ZephyrContext):
             counters, backend = ran.total_counters, ran.backend_name
         else:
             counters, backend = ran.counters, ran.backend
-        return {
-            "zephyr/backend": backend,
-            "zephyr/max_workers": self.max_workers,
-            **zephyr_metadata(counters, builtin_only=True),
-        }
+        meta = zephyr_metadata(counters, builtin_only=True)
+        if not writes:
+            meta = {k: v for k, v in meta.items() if k not in _WRITER_COUNTERS}
+        return {"zephyr/backend": backend, "zephyr/max_workers": self.max_workers, **meta}

@@ -72,6 +72,7 @@ def test_stats_asset_measures_text_and_token_datasets(tmp_path, dagster_home, co
     assert md["documents"].value == len(corpus_records) + len(TOKEN_DOCS)
     assert md["tokens"].value == sum(len(d) for d in TOKEN_DOCS)
     assert "| raw/stats_text | 40 |" in md["stats"].value
+    assert md["zephyr/shards"].value == 2 and "zephyr/records_written" not in md
 
     database = stats_database_path(prefix)
     assert database == str(tmp_path / "data" / "ducky" / "stats.duckdb")
