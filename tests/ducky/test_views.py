@@ -280,3 +280,24 @@ def test_an_output_that_cannot_be_read_is_unavailable_not_fatal(tmp_path, corpus
         and "rematerialize raw/garbage" in (unavailable["raw/garbage"])
     )
     assert con.execute('SELECT count(*) FROM "raw/good"').fetchone() == (40,)
+
+
+def test_queries_on_gs_leave_no_reader_task_behind(gcs_prefix, corpus_records, caplog):
+    """DuckDB drops the files it opens without closing them. Read through gcsfs's default
+    background prefetcher, each left a task pending on fsspec's loop until the file was
+    collected, and asyncio then logged "Task was destroyed but it is pending!": on every
+    `marin sql` over gs://, and on and on in `marin sql --serve`."""
+    import gc
+
+    lines = "".join(json.dumps(r) + "\n" for r in corpus_records * 200).encode()
+    write_output(gcs_prefix, "raw/corpus", "aaaaaaaa", {"part-00000.jsonl": lines})
+    catalog = resolve_catalog(gcs_prefix, [AssetEntry("raw/corpus", "sample_corpus", "aaaaaaaa")])
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        for _ in range(3):
+            con = connect(catalog, gcs_prefix)
+            rows = con.execute('SELECT count(*) FROM "raw/corpus"').fetchone()
+            assert rows == (200 * len(corpus_records),)
+            con.close()
+            del con
+        gc.collect()
+    assert not [r for r in caplog.records if "destroyed" in r.getMessage()]
