@@ -19,6 +19,7 @@ from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig, train
 from marin_dagster.levanter import evaluate as evaluate_checkpoint
 from marin_dagster.levanter.evaluate import evaluate_to_dict
 from marin_dagster.levanter.trainer import with_split
+from marin_dagster.markdown import code_block
 from marin_dagster.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, vocab_size
 
 
@@ -117,7 +118,7 @@ def _run_train(
         "device_kind": device,
         "resumed_from_step": result.resumed_from_step,
         "loss_curve": dg.MetadataValue.md(_png_markdown(result.loss_curve_path, "loss curve")),
-        "sample": dg.MetadataValue.md(f"```\n{result.sample_text or ''}\n```"),
+        "sample": dg.MetadataValue.md(code_block(result.sample_text or "")),
         "eval": dg.MetadataValue.json({k: v.to_dict() for k, v in result.eval.items()}),
         "params": dg.MetadataValue.path(result.params_path),
     }

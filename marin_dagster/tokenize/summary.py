@@ -7,6 +7,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from marin_dagster import fs
+from marin_dagster.markdown import code_block
 from marin_dagster.tokenize.cache import LEDGER_NAME, TokenCache, read_cache_stats
 from marin_dagster.tokenize.tokenizer import load_tokenizer
 
@@ -48,7 +49,7 @@ def summarize_cache(
     md = []
     for split, entry in splits.items():
         for k, text in enumerate(entry.get("samples", [])):
-            md.append(f"**{split} sample {k + 1}**\n\n```\n{text.replace('```', '` ` `')}\n```")
+            md.append(f"**{split} sample {k + 1}**\n\n{code_block(text)}")
     num_tokens = sum(s["num_tokens"] for s in stats.values())
     num_bytes = sum(s["num_bytes"] for s in stats.values())
     return {
