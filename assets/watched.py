@@ -29,6 +29,7 @@ import pydantic
 from marin_dagster import fs
 from marin_dagster.datasets.watch import content_hash, file_digest, folder_state
 from marin_dagster.execution.asset import (
+    VERSION_TAG,
     Step,
     StepContext,
     asset_key,
@@ -64,7 +65,7 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
         + "\n\nData version: the hash of every file's path and content.",
         metadata={
             "marin/kind": WATCHED_KIND,
-            "marin/version": version,
+            VERSION_TAG: version,
             "path": dg.MetadataValue.path(folder),
         },
         kinds={"folder"},

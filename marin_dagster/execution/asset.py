@@ -30,6 +30,9 @@ from marin_dagster.iris import ResourceConfig, iris_placement_metadata
 from marin_dagster.settings import parse_bool
 
 FORCE_TAG = "marin/force"
+# The step's version: in the asset's metadata, and in its op tags, so that a run's plan
+# records the version its launcher loaded.
+VERSION_TAG = "marin/version"
 
 
 class StepRunConfig(dg.Config):
@@ -326,6 +329,28 @@ def _check_prefix(storage: Any, run: Any) -> None:
         )
 
 
+def _check_loaded_version(context: dg.AssetExecutionContext, name: str, version: str) -> None:
+    """Warn when this step's version differs from the one the run was launched with.
+
+    `dagster dev` keeps the experiment as it loaded it, while each run loads the file
+    again: a file (or a local source) edited without "Reload" runs as it is now, under a
+    version the UI has not seen, and the asset then shows as changed with no hint why.
+    The version the launcher saw is in the run's plan, as the step's op tag."""
+    snapshot_id = context.run.execution_plan_snapshot_id
+    if not snapshot_id:
+        return
+    plan = context.instance.get_execution_plan_snapshot(snapshot_id)
+    key = context.get_step_execution_context().step.key
+    launched = next((s.tags or {} for s in plan.steps if s.key == key), {}).get(VERSION_TAG)
+    if launched and launched != version:
+        context.log.warning(
+            f"{name}: this run loaded version {version} of it, not {launched}, the version its "
+            "code location had loaded when the run was launched: the experiment file (or a "
+            f"local source it reads) changed since. The run builds {version}. Reload the code "
+            "location (the UI's Reload, or restart `dagster dev`) to see it as it is now."
+        )
+
+
 def _input_paths(
     storage: Any, upstream: Mapping[str, Step], location: str, key: dg.AssetKey
 ) -> dict[str, str]:
@@ -383,6 +408,7 @@ def versioned_asset(
         _check_prefix(storage, context.run)
         output_path = storage.output_path(name, version)
         location = _code_location_args(context.run, defined_at)
+        _check_loaded_version(context, name, version)
         inputs = _input_paths(storage, upstream_steps, location, key)
         force = config.force or _force_tag(context.run.tags)
         run_id = context.run.run_id
@@ -433,8 +459,8 @@ def versioned_asset(
         deps=[s.asset.key for s in upstream_steps.values()],
         description=f"{description}\n\nVersion `{version}`: output `{{prefix}}/{name}-{version}`.".strip(),
         required_resource_keys={"storage", *required_resources},
-        op_tags=ResourceConfig.parse(resources).to_op_tags(),
-        metadata={"marin/kind": kind, "marin/version": version},
+        op_tags={**ResourceConfig.parse(resources).to_op_tags(), VERSION_TAG: version},
+        metadata={"marin/kind": kind, VERSION_TAG: version},
         kinds=set(kinds) or None,
         output_required=nothing_to_build is None,
     )(compute if nothing_to_build is None else optional)
