@@ -46,6 +46,7 @@ ui: setup
 	$(BIN)/dagster dev -w workspace.yaml
 
 validate: setup
+	$(BIN)/marin init "$(DAGSTER_HOME)"
 	$(BIN)/dagster definitions validate -w workspace.yaml
 
 bench: setup

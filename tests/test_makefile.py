@@ -43,8 +43,9 @@ def test_a_missing_browser_that_cannot_be_installed_is_a_clear_error(tmp_path):
 
 
 def test_make_validate_loads_the_code_location_without_dagster_cli_warnings(tmp_path):
+    # Not created beforehand: on a fresh checkout .dagster does not exist yet, and Dagster
+    # refuses a DAGSTER_HOME that is missing, so the target makes it as `make demo` does.
     home = tmp_path / "home"
-    home.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     proc = subprocess.run(
         [MAKE, "-s", "validate", f"DAGSTER_HOME={home}"],
