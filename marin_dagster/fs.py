@@ -15,6 +15,7 @@ that reads and writes the local disk starts without it, a fifth of its start-up.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -27,6 +28,16 @@ if TYPE_CHECKING:
     import fsspec
 
 _TEMP_MARK = ".tmp-"
+
+# Errors that only a write raises. The OS reports them when a buffered file is flushed or
+# closed, where Python has no file name to give: "[Errno 28] No space left on device" alone
+# would leave the user to guess which disk filled up.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def _name_target(e: OSError, path: str) -> None:
+    if e.filename is None and e.errno in _WRITE_ERRNOS:
+        e.filename = path
 
 
 def local_path(path: str) -> str | None:
@@ -136,9 +147,11 @@ def atomic_path(path: str) -> Iterator[str]:
             finally:
                 os.close(fd)
             os.replace(tmp, local)
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
+            if isinstance(e, OSError):
+                _name_target(e, local)
             raise
         return
     fs, fs_path = url_to_fs(path)
@@ -150,6 +163,10 @@ def atomic_path(path: str) -> Iterator[str]:
         if parent:
             fs.makedirs(parent, exist_ok=True)
         fs.put_file(tmp, fs_path)
+    except OSError as e:
+        # the spool file under the local temporary folder is what could not be written
+        _name_target(e, tmp)
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
