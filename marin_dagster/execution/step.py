@@ -113,16 +113,42 @@ def execute_step(
                 ),
             )
         except BaseException as e:
-            if held.holds():  # never overwrite the status of the run that took over
-                write_status(
-                    output_path,
-                    StatusRecord(
-                        StepStatus.FAILED,
-                        version,
-                        run_id=run_id,
-                        # with its notes (which original a failing copy came from)
-                        error="\n".join([f"{type(e).__name__}: {e}", *getattr(e, "__notes__", ())]),
-                    ),
-                )
+            _record_failure(output_path, version, run_id, e, held, log)
             raise
     return StepOutcome(output_path, version, data_version, False, metadata, manifest)
+
+
+def _record_failure(
+    output_path: str,
+    version: str,
+    run_id: str | None,
+    error: BaseException,
+    held: Lease,
+    log: logging.Logger | Any,
+) -> None:
+    """Write FAILED with the step's error, unless another run took the output over.
+
+    Whatever broke the step (a full disk, a lost bucket) may break this write too; its error
+    must not replace the step's own, which says what to fix. The output then stays RUNNING
+    without a live lease, which the next run takes over like a killed run's.
+    """
+    try:
+        if not held.holds():  # never overwrite the status of the run that took over
+            return
+        write_status(
+            output_path,
+            StatusRecord(
+                StepStatus.FAILED,
+                version,
+                run_id=run_id,
+                # with its notes (which original a failing copy came from)
+                error="\n".join(
+                    [f"{type(error).__name__}: {error}", *getattr(error, "__notes__", ())]
+                ),
+            ),
+        )
+    except Exception as e:
+        log.warning(
+            f"{output_path}: could not record the step's failure ({type(e).__name__}: {e}); "
+            "it stays RUNNING until the next run takes it over"
+        )
