@@ -32,11 +32,11 @@ _TEMP_MARK = ".tmp-"
 # Errors that only a write raises. The OS reports them when a buffered file is flushed or
 # closed, where Python has no file name to give: "[Errno 28] No space left on device" alone
 # would leave the user to guess which disk filled up.
-_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 def _name_target(e: OSError, path: str) -> None:
-    if e.filename is None and e.errno in _WRITE_ERRNOS:
+    if e.filename is None and e.errno in WRITE_ERRNOS:
         e.filename = path
 
 

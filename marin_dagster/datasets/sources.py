@@ -941,8 +941,21 @@ def _download_http(spec: SourceSpec, f: SourceFile, partial: str) -> None:
         raise _broke_off(spec, f, partial, EOFError(f"{got:,} of {f.size:,} bytes"))
 
 
-def _broke_off(spec: SourceSpec, f: SourceFile, partial: str, e: BaseException) -> SourceError:
+def _broke_off(
+    spec: SourceSpec, f: SourceFile, partial: str, e: BaseException
+) -> SourceError | OSError:
     got = os.path.getsize(partial) if os.path.exists(partial) else 0
+    if isinstance(e, OSError) and e.errno in fs.WRITE_ERRNOS:
+        # The copy could not be written (a full disk): the source is fine, and a rerun
+        # resumes only once there is room, so the error names the copy, not the source.
+        if e.filename is None:
+            e.filename = partial
+        e.add_note(
+            f"while fetching {f.location} (dataset source {spec.given!r}): the {got:,} bytes "
+            "received are kept; make room there, or set MARIN_PREFIX to a disk that has it, "
+            "and rerun to resume"
+        )
+        return e
     return SourceError(
         spec.given,
         f"the download of {f.location} broke off after {got:,} bytes ({type(e).__name__}: "

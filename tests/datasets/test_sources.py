@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pyarrow as pa
@@ -526,3 +527,34 @@ def test_broken_lines_are_reported_unless_most_of_the_sample_is_broken(tmp_path)
     mostly.write_bytes(lines[0] + b"{\n" + b"}\n")
     with pytest.raises(SourceError, match=r"mostly\.jsonl: line 2: invalid JSON.*pass format="):
         check_text_field([str(mostly)], "text", source="s")
+
+
+def test_a_copy_the_disk_refuses_blames_the_disk_not_the_source(tmp_path):
+    """A fetch that cannot write its copy (a full disk) names the copy and says to make
+    room; it does not call the source's download broken, which no rerun would fix."""
+    source = tmp_path / "corpus.jsonl"
+    source.write_bytes(_random_jsonl(300_000, seed=3))
+    out = tmp_path / "out"
+    # RLIMIT_FSIZE makes the kernel refuse the copy past 64 KiB (EFBIG), as a full disk
+    # does (ENOSPC); in a child process so pytest's own files are not limited.
+    script = textwrap.dedent(
+        f"""
+        import resource, signal
+        from marin_dagster.datasets.sources import fetch, parse_source, resolve
+        resolved = resolve(parse_source({str(source)!r}))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))
+        try:
+            fetch(resolved, {str(out)!r})
+        except Exception as e:
+            print(type(e).__name__, e, *getattr(e, "__notes__", ()))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout
+    assert said.startswith("OSError") and "File too large" in said, said
+    assert str(out / "corpus.jsonl.tmp-partial") in said and "make room" in said, said
+    assert "broke off" not in said
