@@ -144,11 +144,13 @@ def _instance() -> Any:
 CODE_VERSION_TAG = "dagster/code_version"
 
 
-def _last_materialization(instance: Any, step: Any) -> str:
-    """When and by which run this step's version was last materialized, or "-".
+def _last_materialization(instance: Any, step: Any, path: str) -> str:
+    """When and by which run this step's version was last materialized at `path`, or "-".
 
     An asset key outlives its versions: only events tagged with this version's code_version
-    count, so a new version's row never shows the old version's run.
+    count, so a new version's row never shows the old version's run. One Dagster home may
+    serve several prefixes (MARIN_PREFIX changed, two experiments side by side): an event
+    whose output was elsewhere does not count either, or a missing output would show a run.
     """
     wanted = step.asset.code_versions_by_key.get(step.asset.key)
     cursor = None
@@ -157,6 +159,9 @@ def _last_materialization(instance: Any, step: Any) -> str:
         for record in page.records:
             event = record.event_log_entry
             tags = event.asset_materialization.tags or {}
+            where = event.asset_materialization.metadata.get("path")
+            if where is not None and where.value != path:
+                continue
             if wanted is None or tags.get(CODE_VERSION_TAG) == wanted:
                 when = datetime.datetime.fromtimestamp(event.timestamp, datetime.UTC)
                 return f"{when:%Y-%m-%d %H:%M:%S} UTC (run {event.run_id[:8]})"
@@ -210,7 +215,7 @@ def status_rows(
                 manifest = fs.read_json_or_none(fs.join(path, MANIFEST_FILE))
                 if manifest is not None:
                     size = sum(f["size"] for f in manifest.get("files", {}).values())
-        last = "-" if instance is None else _last_materialization(instance, step)
+        last = "-" if instance is None else _last_materialization(instance, step, path)
         rows.append([step.name, step.version, state, path, _human_bytes(size), last])
     return columns, rows
 

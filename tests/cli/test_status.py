@@ -111,7 +111,7 @@ def test_history_without_dagster_yaml_and_only_this_versions_materialization(
 ):
     """DAGSTER_HOME a bare folder, as `export DAGSTER_HOME=...` and the dagster CLI leave it:
     Dagster keeps its history there, and `marin status` reads it. The last materialization
-    is the version's own: a new version has none yet."""
+    is the version's own at this prefix: a new version, or another prefix, has none yet."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": str(home)}
@@ -138,6 +138,10 @@ def test_history_without_dagster_yaml_and_only_this_versions_materialization(
     assert "no Dagster run history" not in err and "dagster.yaml" not in err
 
     row, _ = _status(capsys, monkeypatch, second, env)
+    assert row["status"] == "missing" and row["last materialization"] == "-"
+    # the same version under another prefix, with the same Dagster home: not materialized
+    elsewhere = {**env, "MARIN_PREFIX": str(tmp_path / "elsewhere")}
+    row, _ = _status(capsys, monkeypatch, first, elsewhere)
     assert row["status"] == "missing" and row["last materialization"] == "-"
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert instance.get_run_by_id(orphan).status == dg.DagsterRunStatus.FAILURE
