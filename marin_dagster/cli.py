@@ -118,6 +118,8 @@ def _instance() -> Any:
     why = None
     if not home:
         why = f"DAGSTER_HOME is unset and there is no {DEFAULT_HOME} here"
+    elif os.path.exists(home) and not os.path.isdir(home):
+        why = f"DAGSTER_HOME={home} is a file, not a folder"
     elif not os.path.isdir(home):
         why = f"DAGSTER_HOME={home} does not exist"
     elif not any(os.path.exists(os.path.join(home, f)) for f in ("dagster.yaml", "history")):

@@ -151,8 +151,11 @@ def test_without_history_status_says_why(tmp_path, capsys, monkeypatch):
     exp = _experiment(tmp_path, "notes", 5)
     empty = tmp_path / "empty_home"
     empty.mkdir()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
     for home, why in (
         (tmp_path / "nowhere", f"DAGSTER_HOME={tmp_path / 'nowhere'} does not exist"),
+        (a_file, f"DAGSTER_HOME={a_file} is a file, not a folder"),
         (empty, f"DAGSTER_HOME={empty} holds no dagster.yaml and no history/ yet"),
     ):
         env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": str(home)}
