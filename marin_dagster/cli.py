@@ -351,6 +351,8 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         sys.stderr.write(f"marin sql: {e}\n")
         _print_views(service)
         return 1
+    for note in result["notes"]:
+        sys.stderr.write(f"marin sql: note: {note}\n")
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
         return 0

@@ -7,6 +7,7 @@ tells Ducky which assets exist; Ducky finds their outputs under the prefix.
 from marin_dagster.ducky.catalog import (
     AssetEntry,
     Dataset,
+    NotBuilt,
     Unavailable,
     resolve_catalog,
     resolve_dataset,
@@ -19,6 +20,7 @@ from marin_dagster.ducky.table import format_table
 __all__ = [
     "AssetEntry",
     "Dataset",
+    "NotBuilt",
     "QueryRefused",
     "Unavailable",
     "check_read_only",

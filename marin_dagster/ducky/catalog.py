@@ -123,6 +123,8 @@ class Dataset:
     current: bool
     updated_at: float
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    note: str = ""
+    """Set when the view is not the current version's output: which output it shows, and why."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -251,6 +253,17 @@ def _read_manifest(path: str) -> dict[str, Any]:
     return manifest
 
 
+def _current_state(path: str, record: StatusRecord | None) -> str:
+    if record is None:
+        return f"not materialized yet (no output at {path})"
+    if record.status == StepStatus.RUNNING:
+        return (
+            f"being written ({path} is RUNNING; `marin status` says whether its run is alive "
+            "or was killed)"
+        )
+    return f"{record.status.value} ({path})"
+
+
 def resolve_dataset(prefix: str, entry: AssetEntry) -> Dataset | None:
     """The output a view of `entry` should read: current version, else newest other SUCCESS."""
     current_path = fs.join(prefix, f"{entry.name}-{entry.version}")
@@ -271,7 +284,33 @@ def resolve_dataset(prefix: str, entry: AssetEntry) -> Dataset | None:
     if not older:
         return None
     _, path, rec = max(older, key=lambda t: (t[0], t[1]))
-    return load_output(entry, path, rec, current=False)
+    dataset = load_output(entry, path, rec, current=False)
+    if dataset is None:
+        return None
+    # A reader who changed the config must not take the old config's rows for the new one's.
+    note = (
+        f'"{entry.name}" shows version {rec.version}, the output of an older config ({path}): '
+        f"its current version {entry.version} is {_current_state(current_path, record)}; "
+        "materialize it to query what the experiment defines now"
+    )
+    return dataclasses.replace(dataset, note=note)
+
+
+def _why_no_view(prefix: str, entry: AssetEntry) -> str:
+    """Why an asset of the location has no view: not built yet, being built, failed, or empty."""
+    current_path = fs.join(prefix, f"{entry.name}-{entry.version}")
+    record = _read_status(current_path)
+    if record is not None and record.status == StepStatus.SUCCESS:
+        return (
+            f"{entry.name}'s output {current_path} holds no JSONL, Parquet, CSV or token-cache "
+            "files, so it has no table to query"
+        )
+    state = _current_state(current_path, record)
+    if record is None:
+        return f"{entry.name} is {state}: materialize it, then query it"
+    if record.status == StepStatus.RUNNING:
+        return f"{entry.name} is {state}: query it once its run has succeeded"
+    return f"{entry.name}'s current version is {state}: fix what failed and materialize it again"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,23 +321,34 @@ class Unavailable:
     reason: str
 
 
-def resolve_views(prefix: str, entries: Iterable[AssetEntry]) -> list[Dataset | Unavailable]:
-    """Every entry with a readable SUCCESS output as a Dataset, every unreadable one as Unavailable.
+@dataclasses.dataclass(frozen=True)
+class NotBuilt:
+    """An asset with no SUCCESS output to show (not materialized, being written, failed, or
+    holding no table): `reason` says which and what to do."""
+
+    name: str
+    reason: str
+
+
+def resolve_views(
+    prefix: str, entries: Iterable[AssetEntry]
+) -> list[Dataset | Unavailable | NotBuilt]:
+    """Every entry with a readable SUCCESS output as a Dataset, every unreadable one as
+    Unavailable, every other one as NotBuilt.
 
     One output that cannot be read (a corrupt status or manifest, a bad
     `marin/format`) never hides the others: it is logged and reported instead.
     """
-    out: list[Dataset | Unavailable] = []
+    out: list[Dataset | Unavailable | NotBuilt] = []
     for entry in entries:
         try:
             dataset = resolve_dataset(prefix, entry)
+            view = dataset or NotBuilt(entry.name, _why_no_view(prefix, entry))
         except (ValueError, OSError) as e:
             reason = f"{e}; fix or remove that file, or rematerialize {entry.name}"
             logger.warning(f"ducky: no view {entry.name!r}: {reason}")
-            out.append(Unavailable(entry.name, reason))
-            continue
-        if dataset is not None:
-            out.append(dataset)
+            view = Unavailable(entry.name, reason)
+        out.append(view)
     return out
 
 

@@ -1,13 +1,15 @@
 """A small read-only HTTP SQL service over the dataset views.
 
     POST /query   body: the SQL (text/plain) or {"sql": "...", "limit": N} (JSON)
-                  200 {"columns", "types", "rows", "row_count", "truncated", "cached", "elapsed_ms"}
+                  200 {"columns", "types", "rows", "row_count", "truncated", "cached", "elapsed_ms",
+                  "notes"}; a note for each view read that shows an older config's output
                   400 the SQL does not parse (with a hint where a view name holding "/" is not
                   double-quoted) or fails, a bad `limit`, a JSON body of another shape, or a
-                  view that is unavailable;
+                  view that is unavailable or whose asset has no output yet (saying why);
                   403 refused (not one SELECT, or a file outside the prefix); 408 past the timeout;
                   413 the result is over the caps per response (rows or bytes)
-    GET  /tables  the views: name, version, path, format, current; and those unavailable, with why
+    GET  /tables  the views: name, version, path, format, current (and a note when not); those
+                  unavailable, with why; and the assets with no output to show yet (not_built)
     GET  /health  {"ok": true}
 
 Caps per response: at most `max_rows` rows (default 10,000) and `max_bytes`
@@ -48,7 +50,7 @@ from typing import Any
 
 import duckdb
 
-from marin_dagster.ducky.catalog import Dataset, Unavailable
+from marin_dagster.ducky.catalog import Dataset, NotBuilt, Unavailable
 from marin_dagster.ducky.connection import connect, lock_down, quote_ident
 from marin_dagster.ducky.guard import QueryRefused, check_read_only
 
@@ -126,7 +128,7 @@ class SqlService:
     """
 
     prefix: str
-    catalog: Callable[[], Sequence[Dataset | Unavailable]]
+    catalog: Callable[[], Sequence[Dataset | Unavailable | NotBuilt]]
     max_rows: int = DEFAULT_MAX_ROWS
     max_bytes: int = DEFAULT_MAX_BYTES
     timeout_s: float = 30.0
@@ -155,6 +157,7 @@ class SqlService:
         self._datasets: list[Dataset] = []
         self._keys: list[Any] = []
         self._unavailable: dict[str, str] = {}
+        self._not_built: dict[str, str] = {}
         self._refreshed = 0.0
         self.executed = 0
         """Queries that reached DuckDB (cache misses), for tests and /health."""
@@ -172,6 +175,7 @@ class SqlService:
         keys = [d.key if isinstance(d, Dataset) else (d.name, d.reason) for d in items]
         if self._con is not None and keys == self._keys:
             return
+        self._not_built = {n.name: n.reason for n in items if isinstance(n, NotBuilt)}
         unavailable = {u.name: u.reason for u in items if isinstance(u, Unavailable)}
         datasets = [d for d in items if isinstance(d, Dataset)]
         con = connect(datasets, self.prefix, unavailable)
@@ -197,10 +201,17 @@ class SqlService:
                     "path": d.path,
                     "format": d.format,
                     "current": d.current,
+                    **({"note": d.note} if d.note else {}),
                     "files": len(d.files),
                 }
                 for d in self._datasets
             ]
+
+    def not_built(self) -> dict[str, str]:
+        """Assets with no output to show yet: name -> where they stand, and what to do."""
+        with self._lock:
+            self._refresh()
+            return dict(self._not_built)
 
     def unavailable(self) -> dict[str, str]:
         """Views that could not be made: name -> why, and what to do."""
@@ -257,11 +268,52 @@ class SqlService:
         quoted = ", ".join(f"{quote_ident(n)} for {n}" for n in bare)
         return f'\nview names holding "/" must be in double quotes: write {quoted}'
 
+    def _tables_read(self, statement: str) -> set[str] | None:
+        """The names `statement` reads from, or None where it cannot tell.
+
+        From DuckDB's parse tree: `get_table_names` binds the query, which expands a view
+        into what it reads, so it never names the views themselves.
+        """
+        assert self._con is not None
+        try:
+            row = self._con.execute("SELECT json_serialize_sql(?)", [statement]).fetchone()
+            tree = json.loads(row[0]) if row else {"error": True}
+        except (duckdb.Error, ValueError):
+            return None
+        if tree.get("error"):
+            return None
+        names: set[str] = set()
+        stack: list[Any] = [tree]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+                    names.add(node["table_name"])
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        return names
+
     def _unavailable_in(self, statement: str) -> str | None:
+        read = self._tables_read(statement)
+
+        def reads(name: str) -> bool:
+            if read is not None:
+                return name in read
+            return quote_ident(name) in statement or name in statement
+
         for name, reason in self._unavailable.items():
-            if quote_ident(name) in statement or name in statement:
+            if reads(name):
                 return f'the view "{name}" is unavailable: {reason}'
+        for name, reason in self._not_built.items():
+            if reads(name):
+                return f'there is no view "{name}" yet: {reason}'
         return None
+
+    def _notes(self, statement: str) -> list[str]:
+        """The notes of the views `statement` reads (those showing an older config's output)."""
+        read = self._tables_read(statement)
+        return [d.note for d in self._datasets if d.note and (read is None or d.name in read)]
 
     def _too_many_rows(self) -> ResultTooLarge:
         return ResultTooLarge(
@@ -335,6 +387,7 @@ class SqlService:
             "row_count": len(rows),
             "truncated": more,
             "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
+            "notes": self._notes(statement),
         }, size
 
     # -- HTTP -----------------------------------------------------------------
@@ -398,7 +451,10 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
             elif self.path == "/tables":
                 tables = service.tables()
                 unavailable = [{"name": n, "reason": r} for n, r in service.unavailable().items()]
-                self._send(200, {"tables": tables, "unavailable": unavailable})
+                not_built = [{"name": n, "reason": r} for n, r in service.not_built().items()]
+                self._send(
+                    200, {"tables": tables, "unavailable": unavailable, "not_built": not_built}
+                )
             else:
                 self._send(
                     404, {"error": f"no route GET {self.path}; use POST /query, GET /tables"}

@@ -197,3 +197,17 @@ def test_sql_serve_starts_and_answers_with_one_broken_view(broken_raw, tmp_path)
         assert [u["name"] for u in tables["unavailable"]] == [RAW]
     with open(log) as f:
         assert RAW in f.read()
+
+
+def test_sql_says_when_a_view_is_an_older_config_or_not_built(tmp_path, capsys, monkeypatch):
+    prefix = str(tmp_path / "data")
+    assert _steps()[RAW].version != "0badc0de"
+    write_output(prefix, RAW, "0badc0de", {"a.jsonl.gz": jsonl_gz(_corpus()[:3])})
+    code, out, err = marin_sql(capsys, monkeypatch, prefix, f'SELECT count(*) FROM "{RAW}"')
+    assert code == 0 and "3" in out, err
+    assert f'marin sql: note: "{RAW}" shows version 0badc0de' in err, err
+    assert "not materialized yet" in err, err
+
+    code, out, err = marin_sql(capsys, monkeypatch, prefix, f'SELECT * FROM "{DEDUP}"')
+    assert code == 1
+    assert f'there is no view "{DEDUP}" yet: {DEDUP} is not materialized yet' in err, err

@@ -1,0 +1,70 @@
+"""What `marin sql` says about an asset whose current version has no output to show: an older
+config's output is shown with a note, and a query of an asset not built yet says where it stands."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from marin_dagster import fs
+from marin_dagster.ducky import AssetEntry, NotBuilt, resolve_views
+from marin_dagster.ducky.service import QueryFailed, SqlService
+from marin_dagster.execution.status import StatusRecord, StepStatus, write_status
+from tests.ducky.conftest import jsonl_gz, write_output
+from tests.ducky.test_service import serving
+
+
+@pytest.fixture
+def prefix(tmp_path, corpus_records) -> str:
+    prefix = str(tmp_path / "data")
+    # raw/corpus was built at aaaaaaaa; the experiment now defines bbbbbbbb, being written.
+    write_output(prefix, "raw/corpus", "aaaaaaaa", {"a.jsonl.gz": jsonl_gz(corpus_records)})
+    write_status(
+        fs.join(prefix, "raw/corpus-bbbbbbbb"), StatusRecord(StepStatus.RUNNING, "bbbbbbbb")
+    )
+    write_output(prefix, "raw/other", "dddddddd", {"a.jsonl.gz": jsonl_gz(corpus_records[:5])})
+    return prefix
+
+
+ENTRIES = [
+    AssetEntry("raw/corpus", "k", "bbbbbbbb"),
+    AssetEntry("raw/other", "k", "dddddddd"),
+    AssetEntry("dedup/never", "k", "cccccccc"),
+]
+
+
+def test_a_view_of_an_older_config_says_so_in_its_answer(prefix) -> None:
+    service = SqlService(prefix, lambda: resolve_views(prefix, ENTRIES))
+    result = service.query('SELECT count(*) FROM "raw/corpus"')
+    assert result["rows"] == [[40]]
+    [note] = result["notes"]
+    assert "aaaaaaaa" in note and "older config" in note, note
+    assert "bbbbbbbb" in note and "RUNNING" in note, note
+    # A query that reads only current views has no note, even when it names the other in a
+    # string.
+    other = service.query("SELECT count(*) FROM \"raw/other\" WHERE 'raw/corpus' <> ''")
+    assert other["rows"] == [[5]] and other["notes"] == []
+    both = service.query(
+        'SELECT count(*) FROM "raw/other" WHERE id IN (SELECT id FROM "raw/corpus")'
+    )
+    assert both["notes"] == [note]
+    [table] = [t for t in service.tables() if t["name"] == "raw/corpus"]
+    assert table["current"] is False and table["note"] == note
+
+
+def test_an_asset_with_no_output_yet_says_where_it_stands(prefix) -> None:
+    views = resolve_views(prefix, ENTRIES)
+    assert isinstance(views[2], NotBuilt) and "not materialized yet" in views[2].reason
+    service = SqlService(prefix, lambda: resolve_views(prefix, ENTRIES))
+    with pytest.raises(QueryFailed) as info:
+        service.query('SELECT count(*) FROM "dedup/never"')
+    message = str(info.value)
+    assert 'there is no view "dedup/never" yet' in message, message
+    assert fs.join(prefix, "dedup/never-cccccccc") in message and "materialize it" in message
+    with serving(service) as url:
+        with urllib.request.urlopen(f"{url}/tables", timeout=10) as response:
+            tables = json.loads(response.read())
+    assert [n["name"] for n in tables["not_built"]] == ["dedup/never"]
+    assert tables["unavailable"] == []
