@@ -55,14 +55,18 @@ class ParagraphHashes:
     def __call__(self, source: SourceFile) -> Iterator[tuple[str, str, int, int]]:
         for doc in iter_docs(source, self.text_key, self.id_key):
             text = doc.text
-            if len(text) > self.max_chars:
-                counters.increment("dedup/document/truncated")
-                text = text[: self.max_chars]
-            if has_unencodable(text):
-                counters.increment(UNENCODABLE_COUNTER)
             spans = split_paragraphs(text)
             if not spans:
                 counters.increment("dedup/document/passed_through")
+            if len(text) > self.max_chars:
+                counters.increment("dedup/document/truncated")
+                # Only whole paragraphs within the limit are hashed. The head of a paragraph
+                # that the limit cuts could equal another paragraph; marking that head as a
+                # duplicate would cut it out and leave the paragraph's rest behind.
+                spans = [(start, end) for start, end in spans if end <= self.max_chars]
+                text = text[: self.max_chars]
+            if has_unencodable(text):
+                counters.increment(UNENCODABLE_COUNTER)
             for p, (start, end) in enumerate(spans):
                 counters.increment("dedup/paragraph/total")
                 yield (

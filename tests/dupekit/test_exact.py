@@ -170,3 +170,27 @@ def test_bad_records_are_named(tmp_path, line, message):
         deduplicate(str(path), str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
     assert "bad.jsonl" in str(info.value)
     assert not os.path.exists(tmp_path / "out" / "counts.json")
+
+
+def test_paragraph_cut_by_max_chars_is_never_a_duplicate(tmp_path):
+    # Two documents share a line and the first 60 characters of a long paragraph, which
+    # then differs. Only the shared line is a duplicate: the long paragraphs are not, and
+    # cutting their hashed heads out left the rest of a paragraph behind.
+    head = "x" * 60
+    path = write_jsonl_gz(
+        str(tmp_path / "in/long.jsonl"),
+        [
+            {"id": "a", "text": f"shared line\n{head} ending about cats"},
+            {"id": "b", "text": f"shared line\n{head} ending about dogs\nshort tail"},
+        ],
+    )
+    result = deduplicate(
+        path, str(tmp_path / "out"), DedupConfig(mode="paragraph", max_chars=50), backend="inline"
+    )
+    docs = {r["id"]: r["text"] for p in result.documents for r in read_jsonl_gz(p)}
+    assert docs == {
+        "a": f"shared line\n{head} ending about cats",
+        "b": f"{head} ending about dogs\nshort tail",
+    }
+    assert result.counts["document"]["truncated"] == 2
+    assert result.counts["paragraph"]["duplicates"] == 1
