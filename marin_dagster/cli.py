@@ -45,7 +45,18 @@ def _load_module(python_file: str | None, module_name: str | None) -> Any:
     import importlib.util
 
     if module_name:
-        return importlib.import_module(module_name)
+        # Dagster's -m imports from the working directory too
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (module_name + ".").startswith(e.name + "."):
+                raise  # the module is there; something it imports is not
+            raise LocationError(
+                f"-m {module_name}: no module {e.name!r} here ({os.getcwd()}) or on the import "
+                "path; run from the folder that holds it, or give the file with -f"
+            ) from None
     path = os.path.abspath(os.path.expanduser(python_file or ""))
     if not os.path.isfile(path):
         raise LocationError(f"-f {python_file}: no such file")

@@ -276,3 +276,13 @@ def test_status_and_sql_of_an_experiment_file_of_ones_own(tmp_path):
     assert missing.returncode == 2 and missing.stderr.strip() == (
         f"marin status: -f {folder / 'nope.py'}: no such file"
     )
+
+    # -m, from the file's folder, as `dagster ... -m my_exp` takes it
+    status = marin("status", "--json", "-m", "my_exp", env=env, cwd=str(folder))
+    assert status.returncode == 0, status.stderr
+    assert {r["asset"] for r in json.loads(status.stdout)} == {"raw/my-notes", "dedup/my-notes"}
+    missing = marin("status", "-m", "nope", env=env, cwd=str(folder))
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        f"marin status: -m nope: no module 'nope' here ({folder}) or on the import path; run "
+        "from the folder that holds it, or give the file with -f"
+    )
