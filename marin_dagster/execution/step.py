@@ -118,6 +118,13 @@ def execute_step(
     return StepOutcome(output_path, version, data_version, False, metadata, manifest)
 
 
+def _describe(error: BaseException) -> str:
+    # An interrupt has no message: "DagsterExecutionInterruptedError: " said nothing.
+    interrupted = isinstance(error, KeyboardInterrupt) or "Interrupt" in type(error).__name__
+    text = str(error) or ("the run was stopped (Ctrl-C, or Terminate)" if interrupted else "")
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def _record_failure(
     output_path: str,
     version: str,
@@ -142,9 +149,7 @@ def _record_failure(
                 version,
                 run_id=run_id,
                 # with its notes (which original a failing copy came from)
-                error="\n".join(
-                    [f"{type(error).__name__}: {error}", *getattr(error, "__notes__", ())]
-                ),
+                error="\n".join([_describe(error), *getattr(error, "__notes__", ())]),
             ),
         )
     except Exception as e:
