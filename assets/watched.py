@@ -10,7 +10,9 @@ a run of those assets when files are added, changed or deleted.
 
 `folder_corpus` turns the folder's text files into JSONL shards
 `{id, text, source}` (id: the file's path relative to the folder). Its version
-holds the folder's path, not its content: the sensor's runs force a rebuild.
+holds the folder's path, not its content: the sensor's runs force a rebuild, and
+any other materialization (by hand, `python exp.py`) rebuilds it, and the steps
+after it, when the files differ from those it was built from.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import dagster as dg
 import pydantic
 
 from marin_dagster import fs
+from marin_dagster.datasets.digests import file_sha256
 from marin_dagster.datasets.watch import content_hash, file_digest, folder_state
 from marin_dagster.execution.asset import (
     VERSION_TAG,
@@ -160,6 +163,19 @@ def _nothing_to_build(config: FolderCorpusConfig) -> str | None:
     return None
 
 
+def _folder_content(config: FolderCorpusConfig) -> dict[str, str]:
+    """The hash of the files the corpus reads. Not in the version, which holds the folder's
+    path: recorded with SUCCESS, so a changed folder rebuilds the corpus (and, its data
+    version changed, the steps after it) instead of skipping on the old files' output."""
+    digests = {}
+    for rel in _folder_files(config) if os.path.isdir(config.folder) else []:
+        try:
+            digests[rel] = file_sha256(os.path.join(config.folder, rel))
+        except FileNotFoundError:  # deleted since it was listed: not part of this build
+            continue
+    return {"watched folder": content_hash(digests)}
+
+
 def _run_folder_corpus(
     config: FolderCorpusConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
@@ -225,6 +241,7 @@ def folder_corpus(
         config=cfg,
         run=_run_folder_corpus,
         nothing_to_build=_nothing_to_build,
+        source_state=_folder_content,
         description=f"The text files under {cfg.folder} as JSONL documents.",
         kinds=("json",),
         resources=resources,

@@ -353,10 +353,11 @@ def _check_loaded_version(context: dg.AssetExecutionContext, name: str, version:
 
 def _input_paths(
     storage: Any, upstream: Mapping[str, Step], location: str, key: dg.AssetKey
-) -> dict[str, str]:
-    """Each input's output folder; one not built fails, saying how to build this step with
-    everything it needs (`+key`: every missing input, not only the first one found)."""
-    inputs = {}
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Each input's output folder and data version; one not built fails, saying how to build
+    this step with everything it needs (`+key`: every missing input, not only the first one
+    found)."""
+    inputs, data_versions = {}, {}
     for role, up in upstream.items():
         path = storage.output_path(up.name, up.version)
         record = read_status(path)
@@ -368,7 +369,8 @@ def _input_paths(
                 f"`dagster asset materialize {location} --select '+{key.to_user_string()}'`"
             )
         inputs[role] = path
-    return inputs
+        data_versions[role] = record.data_version or ""
+    return inputs, data_versions
 
 
 def versioned_asset(
@@ -384,6 +386,7 @@ def versioned_asset(
     kinds: Sequence[str] = (),
     label: str | None = None,
     nothing_to_build: Callable[[Any], str | None] | None = None,
+    source_state: Callable[[Any], Mapping[str, str]] | None = None,
 ) -> dg.AssetsDefinition:
     """A Dagster asset for a versioned step writing `{prefix}/{name}-{version}`.
 
@@ -393,6 +396,9 @@ def versioned_asset(
     `nothing_to_build(config)` says why there is nothing to build yet (an empty inbox), or
     None: with a reason the step materializes nothing and the steps after it are skipped,
     as Dagster skips what follows an optional output left out (not a failure).
+    `source_state(config)` fingerprints what the step reads that is not another step's
+    output and not in its version (a watched folder's files): recorded with SUCCESS beside
+    the inputs' data versions, and a change rebuilds the output (`execute_step`'s `inputs`).
     """
     step_config = config
     key = asset_key(name, kind)
@@ -409,7 +415,9 @@ def versioned_asset(
         output_path = storage.output_path(name, version)
         location = _code_location_args(context.run, defined_at)
         _check_loaded_version(context, name, version)
-        inputs = _input_paths(storage, upstream_steps, location, key)
+        inputs, built_from = _input_paths(storage, upstream_steps, location, key)
+        if source_state is not None:
+            built_from.update(source_state(step_config))
         force = config.force or _force_tag(context.run.tags)
         run_id = context.run.run_id
         step = StepContext(name, version, run_id, context.log, context.resources, context)
@@ -430,6 +438,7 @@ def versioned_asset(
             lease=storage.lease_settings(),
             run_id=run_id,
             log=context.log,
+            inputs=built_from,
         )
         files = outcome.manifest.get("files", {})
         return dg.MaterializeResult(

@@ -40,6 +40,9 @@ class StatusRecord:
     error: str | None = None
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     updated_at: float = 0.0
+    inputs: dict[str, str] | None = None
+    """What a SUCCESS was built from (each input's data version, a watched folder's content
+    hash); None in outputs written before it was recorded."""
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -60,6 +63,7 @@ def read_status(output_path: str) -> StatusRecord | None:
             error=raw.get("error"),
             metadata=raw.get("metadata") or {},
             updated_at=raw.get("updated_at", 0.0),
+            inputs=raw.get("inputs"),
         )
     except (KeyError, ValueError) as e:
         raise ValueError(

@@ -1,6 +1,7 @@
 """Run one versioned step with Marin's skip_existing semantics.
 
-    SUCCESS at this version  -> skipped, same data version re-emitted
+    SUCCESS at this version  -> skipped, same data version re-emitted; rebuilt instead
+                                when its inputs are no longer what it was built from
     RUNNING with a live lease -> wait for it (then usually skip), or fail naming the holder
     FAILED, missing, stale    -> run; the step's own code resumes what it finished
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from marin_dagster import fs
@@ -53,6 +54,15 @@ def _done(output_path: str, version: str) -> StatusRecord | None:
     return record
 
 
+def _changed_inputs(record: StatusRecord, inputs: Mapping[str, str] | None) -> list[str]:
+    """The inputs that differ from those `record` was built from (none when either is unknown)."""
+    if inputs is None or record.inputs is None:
+        return []
+    return sorted(
+        k for k in set(inputs) | set(record.inputs) if inputs.get(k) != record.inputs.get(k)
+    )
+
+
 def _skipped(output_path: str, record: StatusRecord) -> StepOutcome:
     manifest = fs.read_json_or_none(fs.join(output_path, MANIFEST_FILE)) or {"files": {}}
     return StepOutcome(
@@ -78,18 +88,36 @@ def execute_step(
     lease: LeaseSettings | None = None,
     run_id: str | None = None,
     log: logging.Logger | Any = logger,
+    inputs: Mapping[str, str] | None = None,
 ) -> StepOutcome:
     """Run `run(output_path)` unless the output is already done; returns what happened.
 
     `run` returns JSON-ready metadata; it is kept in the status file so that a
     skipped materialization reports the same counts as the one that did the work.
+    `inputs` (role -> data version or content hash) is recorded with SUCCESS; a later
+    call whose inputs differ rebuilds the output. Versions hash configs, so an input
+    rebuilt at the same version with other data (a watched folder's files changed) would
+    otherwise leave this output built from the old data and skipped for good.
     """
-    if not force and (record := _done(output_path, version)) is not None:
+
+    def done() -> StatusRecord | None:
+        nonlocal force
+        record = _done(output_path, version)
+        if record is not None and (changed := _changed_inputs(record, inputs)):
+            log.info(
+                f"{output_path}: input(s) {', '.join(changed)} changed since it was built: "
+                "rebuilding"
+            )
+            force = True
+            return None
+        return record
+
+    if not force and (record := done()) is not None:
         log.info(f"{output_path} is already SUCCESS at version {version}: skipping")
         return _skipped(output_path, record)
     with Lease(output_path, lease, run_id=run_id, log=log) as held:
         # Another run may have finished the work while we waited for the lease.
-        if not force and (record := _done(output_path, version)) is not None:
+        if not force and (record := done()) is not None:
             log.info(f"{output_path} was finished by another run while waiting: skipping")
             return _skipped(output_path, record)
         if force:
@@ -110,6 +138,7 @@ def execute_step(
                     data_version=data_version,
                     run_id=run_id,
                     metadata=metadata,
+                    inputs=dict(inputs) if inputs is not None else None,
                 ),
             )
         except BaseException as e:

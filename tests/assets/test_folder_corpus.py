@@ -109,3 +109,43 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
     (inbox / "a.txt").write_bytes(b"first line\nsecond \xff line\n")
     result, _ = _materialize(str(inbox), str(tmp_path / "data"))
     assert f"{inbox / 'a.txt'}:2: byte 7 of the line is not UTF-8" in _failure_message(result)
+
+
+def test_changed_files_rebuild_the_corpus_and_what_follows_without_the_sensor(
+    tmp_path, monkeypatch
+):
+    """The corpus's version holds the folder's path, not its files: materialized by hand (or
+    `python exp.py`) after a file was added, it and the dedup after it were skipped on the
+    old files' outputs. A touched file with the same bytes still skips."""
+    from assets import deduplicated
+
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path / "cache"))
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_text('{"text": "first document"}\n')
+    corpus = folder_corpus("raw/inbox_corpus", source=watched_folder("raw/inbox", str(inbox)))
+    clean = deduplicated("dedup/inbox", source=corpus, mode="exact")
+    storage = StorageResource(prefix=str(tmp_path / "data"))
+    resources = {"storage": storage, "zephyr": ZephyrResource(max_workers=1)}
+    dedup_output = storage.output_path("dedup/inbox", clean.code_versions_by_key[clean.key])
+
+    def build() -> list[bool]:
+        with dg.instance_for_test() as instance:
+            result = dg.materialize([corpus, clean], instance=instance, resources=resources)
+        return [
+            e.materialization.metadata["skipped"].value
+            for e in result.get_asset_materialization_events()
+        ]
+
+    def kept() -> int:
+        with open(f"{dedup_output}/documents/part-00000.jsonl.gz", "rb") as f:
+            import gzip
+
+            return len(gzip.decompress(f.read()).splitlines())
+
+    assert build() == [False, False] and kept() == 1
+    assert build() == [True, True]
+    (inbox / "b.jsonl").write_text('{"text": "second document"}\n')
+    assert build() == [False, False] and kept() == 2
+    (inbox / "a.jsonl").touch()
+    assert build() == [True, True] and kept() == 2

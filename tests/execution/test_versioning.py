@@ -299,3 +299,29 @@ def test_unreachable_bucket_fails_naming_it(gcs_emulator, tmp_path):
             _materialize([asset], "gs://no-such-bucket-x/data", instance)
     assert "storage prefix 'gs://no-such-bucket-x/data' is not writable" in _messages(raised.value)
     assert _events(counter) == []
+
+
+def test_a_step_whose_inputs_changed_at_the_same_version_is_rebuilt(tmp_path):
+    """What an output was built from is recorded with SUCCESS; other inputs rebuild it (an
+    upstream rebuilt at its version with other data), the same inputs skip, and an output
+    written before inputs were recorded is not rebuilt for that alone."""
+    from marin_dagster.execution.status import StatusRecord, write_status
+    from marin_dagster.execution.step import execute_step
+
+    out = str(tmp_path / "step-aaaaaaaa")
+    runs: list[str] = []
+
+    def run(path: str) -> dict:
+        runs.append(path)
+        fs.write_text(fs.join(path, "x.txt"), f"run {len(runs)}")
+        return {}
+
+    assert not execute_step(out, "aaaaaaaa", run, inputs={"source": "d1"}).skipped
+    assert read_status(out).inputs == {"source": "d1"}
+    assert execute_step(out, "aaaaaaaa", run, inputs={"source": "d1"}).skipped
+    assert not execute_step(out, "aaaaaaaa", run, inputs={"source": "d2"}).skipped
+    assert len(runs) == 2 and read_status(out).inputs == {"source": "d2"}
+
+    record = read_status(out)
+    write_status(out, StatusRecord(StepStatus.SUCCESS, "aaaaaaaa", record.data_version))
+    assert execute_step(out, "aaaaaaaa", run, inputs={"source": "d3"}).skipped
