@@ -30,7 +30,7 @@ import pydantic
 
 from marin_dagster import fs
 from marin_dagster.datasets.digests import file_sha256
-from marin_dagster.datasets.watch import content_hash, file_digest, folder_state
+from marin_dagster.datasets.watch import content_hash, file_digest, folder_state, ignored
 from marin_dagster.execution.asset import (
     VERSION_TAG,
     Step,
@@ -99,7 +99,8 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
 class FolderCorpusConfig(StepConfig):
     folder: str
     pattern: str = "*"
-    """fnmatch pattern on the path relative to the folder; dotfiles are always left out."""
+    """fnmatch pattern on the path relative to the folder; dotfiles, editor backups (`name~`) and
+    interrupted writes are always left out, as the watcher leaves them out."""
     num_shards: int = pydantic.Field(1, ge=1)
     text_key: str = "text"
     """The text field of the records of `.jsonl` files (other files are one document each)."""
@@ -113,11 +114,7 @@ def _folder_files(config: FolderCorpusConfig) -> list[str]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
             rel = os.path.relpath(os.path.join(root, name), config.folder).replace(os.sep, "/")
-            if (
-                not name.startswith(".")
-                and not fs.is_temp_name(name)
-                and fnmatch.fnmatch(rel, config.pattern)
-            ):
+            if not ignored(rel) and fnmatch.fnmatch(rel, config.pattern):
                 out.append(rel)
     return sorted(out)
 

@@ -30,8 +30,11 @@ logger = logging.getLogger(__name__)
 _IGNORED_EVENTS = frozenset({"opened", "closed_no_write"})
 
 
-def _ignored(rel: str) -> bool:
-    # Editors' swap files, dotfiles and interrupted atomic writes are not content.
+def ignored(rel: str) -> bool:
+    """Editors' swap and backup files, dotfiles and interrupted atomic writes: not content.
+
+    One rule for the watcher and for `folder_corpus`, so that a file the sensor does not
+    see is not read into the corpus either."""
     return any(
         part.startswith(".") or part.endswith("~") for part in rel.split("/")
     ) or fs.is_temp_name(rel)
@@ -176,7 +179,7 @@ class FolderState:
                 pass
         for path, st, is_dir in self._walk(top):
             rel = self._rel(path)
-            if _ignored(rel):
+            if ignored(rel):
                 continue
             if is_dir:
                 self._dirs[rel] = st.st_mtime_ns
@@ -195,7 +198,7 @@ class FolderState:
         if path != self.path and not path.startswith(self.path + os.sep):
             return
         rel = self._rel(path) if path != self.path else ""
-        if rel and _ignored(rel):
+        if rel and ignored(rel):
             return
         try:
             st = os.stat(path, follow_symlinks=False)

@@ -149,3 +149,20 @@ def test_changed_files_rebuild_the_corpus_and_what_follows_without_the_sensor(
     assert build() == [False, False] and kept() == 2
     (inbox / "a.jsonl").touch()
     assert build() == [True, True] and kept() == 2
+
+
+def test_editor_backups_are_not_read_as_documents(tmp_path):
+    """The sensor never sees `name~` files (datasets/watch.py), so the corpus leaves them out
+    too: an editor's backup of a file was read as a second copy of it."""
+    import gzip
+    import json
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "notes.txt").write_text("the notes as they are now")
+    (inbox / "notes.txt~").write_text("the notes as they were")
+    result, output = _materialize(str(inbox), str(tmp_path / "data"))
+    assert result.success
+    with open(f"{output}/part-00000.jsonl.gz", "rb") as f:
+        ids = [json.loads(line)["id"] for line in gzip.decompress(f.read()).splitlines()]
+    assert ids == ["notes.txt"]
