@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from marin_dagster import fs
@@ -44,6 +44,25 @@ DedupMode = Literal["exact", "paragraph", "fuzzy"]
 # a pair of Jaccard 0.85 with probability 0.975 (datasketch's balanced (0.5,
 # 0.5) gives 9 x 13 and 0.69). Verification removes the extra candidates.
 DEFAULT_LSH_WEIGHTS = (0.15, 0.85)
+
+
+# The MinHash-LSH settings: the other modes hash whole documents or paragraphs.
+FUZZY_ONLY = frozenset(
+    {
+        "shingle",
+        "ngram",
+        "num_perm",
+        "seed",
+        "threshold",
+        "bands",
+        "rows",
+        "lsh_weights",
+        "verify",
+        "verify_margin",
+        "bucket_partitions",
+        "cc_max_iterations",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,20 @@ class DedupConfig:
         ShingleConfig(self.shingle, self.ngram)
         if self.mode == "fuzzy":
             self.lsh_params()
+        else:
+            # They would change nothing but the version: a new version reruns the dedup and
+            # everything after it for the same output.
+            given = [
+                f.name
+                for f in fields(self)
+                if f.name in FUZZY_ONLY and getattr(self, f.name) != f.default
+            ]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to "
+                    f"mode='fuzzy', not {self.mode!r}: remove {'them' if len(given) > 1 else 'it'}"
+                    ", or set mode='fuzzy'"
+                )
 
     def lsh_params(self) -> LSHParams:
         from marin_dagster.dupekit.lsh import optimal_param

@@ -123,3 +123,18 @@ def test_deduplicated_refuses_values_that_cannot_run(field, value):
     with pytest.raises(ValueError) as err:
         deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode="fuzzy", **{field: value})
     assert str(err.value).startswith("deduplicated('dedup/cfg'): ") and field in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["exact", "paragraph"])
+def test_deduplicated_refuses_fuzzy_settings_in_other_modes(mode):
+    """They change nothing but the version, which reran the dedup and all after it."""
+    with pytest.raises(ValueError) as err:
+        deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode=mode, threshold=0.7)
+    assert str(err.value) == (
+        f"deduplicated('dedup/cfg'): threshold only applies to mode='fuzzy', not {mode!r}: "
+        "remove it, or set mode='fuzzy'"
+    )
+    # the defaults, given or not, are no setting: the version is that of the bare mode
+    plain = deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode=mode)
+    given = deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode=mode, threshold=0.8)
+    assert plain.code_versions_by_key == given.code_versions_by_key
