@@ -103,6 +103,13 @@ def _run(
             f"{config.content} then, {resolved.content_hash()} now); reload the code location "
             "(or rerun the script) so the asset gets the version of the new content",
         )
+    if resolved.left_out:
+        step.log.warning(
+            f"{config.source}: {len(resolved.left_out)} file(s) left out, their extension names "
+            f"no format the dataset reads{' as ' + config.format if config.format else ''}: "
+            f"{', '.join(resolved.left_out[:10])}{' ...' if len(resolved.left_out) > 10 else ''}"
+            ". Rename them (.jsonl, .parquet, .csv), or give format= and files= to read them."
+        )
     result = _fetch(resolved, config, output_path, step)
     write_origins(output_path, {f.name: resolved.origin(f) for f in resolved.files})
     meta: dict[str, Any] = {
@@ -119,6 +126,8 @@ def _run(
     }
     if resolved.revision:
         meta["revision"] = resolved.revision
+    if resolved.left_out:
+        meta["left_out_files"] = dg.MetadataValue.json(list(resolved.left_out[:100]))
     if result.documents is not None:
         meta["documents"] = result.documents
     if result.broken:

@@ -230,6 +230,9 @@ class ResolvedSource:
     files: tuple[SourceFile, ...]
     revision: str | None = None
     """The hub commit the files were listed at."""
+    left_out: tuple[str, ...] = ()
+    """Files of a folder or glob whose extension names no format the dataset reads (or not
+    the one asked for): not in the version, reported when the dataset is fetched."""
 
     @property
     def bytes(self) -> int:
@@ -355,6 +358,23 @@ def _select(
     return out
 
 
+def _left_out(
+    spec: SourceSpec, candidates: list[tuple[str, Any]], selected: list[tuple[str, str, Any]]
+) -> tuple[str, ...]:
+    """The candidates `_select` passed over for their format (hidden and unmatched ones are
+    the user's choice)."""
+    chosen = {item for _, _, item in selected}  # paths: local, or the filesystem's
+    return tuple(
+        sorted(
+            rel
+            for rel, item in candidates
+            if item not in chosen
+            and not _hidden(rel)
+            and (not spec.files or _matches(rel, spec.files))
+        )
+    )
+
+
 def _some(names: Iterable[str], n: int = 8) -> str:
     names = sorted(names)
     shown = ", ".join(names[:n])
@@ -458,12 +478,17 @@ def _resolve_local(spec: SourceSpec) -> ResolvedSource:
         )
     candidates = [(os.path.relpath(p, base).replace(os.sep, "/"), p) for p in paths]
     files = []
-    for name, fmt, p in _select(spec, candidates, where):
+    selected = _select(spec, candidates, where)
+    for name, fmt, p in selected:
         # By content, not mtime: a copied or touched file keeps its version (digests.py
         # caches the hash, as every process that loads the code location resolves this).
         checksum = f"sha256:{file_sha256(p)}"
         files.append(SourceFile(name, p, os.path.getsize(p), checksum, fmt, checksum))
-    return ResolvedSource(spec, tuple(sorted(files, key=lambda f: f.name)))
+    return ResolvedSource(
+        spec,
+        tuple(sorted(files, key=lambda f: f.name)),
+        left_out=_left_out(spec, candidates, selected),
+    )
 
 
 def _glob_base(path: str) -> str:
@@ -523,12 +548,17 @@ def _resolve_fsspec(spec: SourceSpec) -> ResolvedSource:
         ) from e
     candidates = [(p[len(base) + 1 :] if p.startswith(base + "/") else p, p) for p in infos]
     files = []
-    for name, fmt, p in _select(spec, candidates, where):
+    selected = _select(spec, candidates, where)
+    for name, fmt, p in selected:
         info = infos[p]
         identity, checksum = _object_identity(info)
         full = p if p.startswith(protocol) else protocol + p
         files.append(SourceFile(name, full, int(info.get("size") or 0), identity, fmt, checksum))
-    return ResolvedSource(spec, tuple(sorted(files, key=lambda f: f.name)))
+    return ResolvedSource(
+        spec,
+        tuple(sorted(files, key=lambda f: f.name)),
+        left_out=_left_out(spec, candidates, selected),
+    )
 
 
 _HTTP_TIMEOUT = 60

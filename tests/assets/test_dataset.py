@@ -104,6 +104,20 @@ def test_local_dataset_feeds_dedup_and_a_changed_file_changes_both_versions(tmp_
         assert read_status(output).status == StepStatus.SUCCESS  # the old version stays
 
 
+def test_files_a_folder_source_leaves_out_are_named_in_the_run(tmp_path):
+    """A file whose extension names no format is not read: the run says so, not silence."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(_jsonl(TEXTS))
+    (src / "more notes.txt").write_text("a note the user meant to include\n")
+    raw = dataset("raw/notes", str(src))
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([raw], instance=instance, resources=_resources(str(tmp_path)))
+        warnings = [e.user_message for e in instance.all_logs(result.run_id) if e.level >= 30]
+    assert _meta(result, raw)["left_out_files"] == ["more notes.txt"]
+    assert any("1 file(s) left out" in w and "more notes.txt" in w for w in warnings), warnings
+
+
 def test_hub_dataset_asset_records_the_commit_and_skips_when_unchanged(tmp_path):
     files = {
         "data/train-00000-of-00001.jsonl": _jsonl(TEXTS),

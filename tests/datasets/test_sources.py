@@ -91,6 +91,7 @@ def test_local_file_folder_and_glob_in_every_format(tmp_path):
     names = [f.name for f in resolved.files]
     assert names == ["a.jsonl", "b.jsonl.gz", "d.parquet", "e.csv", "sub/c.jsonl.zst"]
     assert [f.format for f in resolved.files] == ["jsonl", "jsonl", "parquet", "csv", "jsonl"]
+    assert resolved.left_out == ("notes.md",)  # reported when fetched; dotfiles are not
     for f in resolved.files:  # byte for byte, under the same relative names
         assert (tmp_path / "folder" / f.name).read_bytes() == (src / f.name).read_bytes()
     assert check_text_field(files, "text", source=str(src)).records == 7 + 3 + 4 + 5 + 2
@@ -107,6 +108,13 @@ def test_local_file_folder_and_glob_in_every_format(tmp_path):
     assert [f.name for f in rg.files] == ["a.jsonl", "b.jsonl.gz", "sub/c.jsonl.zst"]
     picked, rp = _fetch_all(str(src), str(tmp_path / "picked"), files=["*.csv", "sub/*"])
     assert [f.name for f in rp.files] == ["e.csv", "sub/c.jsonl.zst"]
+    assert rg.left_out == rp.left_out == ()
+    only_jsonl = resolve(parse_source(str(src), format="jsonl"))
+    assert only_jsonl.left_out == ("d.parquet", "e.csv")  # format= reads notes.md as JSON lines
+    # not in the version: without the file, the same content hash
+    before = resolved.content_hash()
+    (src / "notes.md").unlink()
+    assert resolve(parse_source(str(src))).content_hash() == before
 
 
 def test_format_given_for_files_whose_extension_does_not_say(tmp_path):
