@@ -1145,6 +1145,12 @@ def check_text_field(
                         f"{where} has no field {text_key!r}; its fields are {sorted(record)}: "
                         "pass text_key=<the field holding the text>",
                     )
+                if record[text_key] is None:
+                    raise SourceError(
+                        source,
+                        f"{where}: field {text_key!r} is null: give that record its text or "
+                        "remove it",
+                    )
                 if not isinstance(record[text_key], str):
                     raise SourceError(
                         source,

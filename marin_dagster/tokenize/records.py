@@ -134,6 +134,8 @@ def iter_documents(
             reason = f"the record is a JSON {type(record).__name__}, not an object"
         elif text_key not in record:
             reason = f"no field {text_key!r} (the record's keys: {sorted(record)[:20]})"
+        elif record[text_key] is None:
+            reason = f"field {text_key!r} is null"
         elif not isinstance(record[text_key], str):
             reason = (
                 f"field {text_key!r} is {type(record[text_key]).__name__}, not a string "

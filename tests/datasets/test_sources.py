@@ -510,6 +510,12 @@ def test_a_missing_text_field_names_the_file_line_and_fields(tmp_path):
         SourceError, match=r"record 0 of .*b\.parquet has no field 'body'.*\['id', 'text'\]"
     ):
         check_text_field([str(pq_path)], "body", source="s")
+    (tmp_path / "null.jsonl").write_bytes(_jsonl(["one"]) + b'{"id": 9, "text": null}\n')
+    with pytest.raises(SourceError) as e:  # the field is right: no text_key hint
+        check_text_field([str(tmp_path / "null.jsonl")], "text", source="s")
+    assert str(e.value).endswith(
+        "field 'text' is null: give that record its text or remove it"
+    ) and "line 2 of" in str(e.value)
     (tmp_path / "blank.jsonl").write_bytes(b"\n\n")
     with pytest.raises(SourceError, match=r"the source is empty: its 1 file\(s\) hold no records"):
         check_text_field([str(tmp_path / "blank.jsonl")], "text", source="s")

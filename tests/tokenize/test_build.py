@@ -189,6 +189,7 @@ BAD_LINES = {
         r"no field 'text' \(the record's keys: \['content', 'id', 'meta'\]\)",
     ),
     "non-string text": (json.dumps({"id": "b", "text": 42}), r"field 'text' is int, not a string"),
+    "null text": (json.dumps({"id": "b", "text": None}), r"field 'text' is null"),
     "invalid utf-8": (b'{"id": "b", "text": "caf\xe9"}', r"invalid UTF-8 at byte 24"),
     "broken json": ('{"id": "b", "text": ', r"not valid JSON"),
     "not an object": ('["a", "b"]', r"is a JSON list, not an object"),
