@@ -126,6 +126,10 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
                 "each line must be one document object"
             )
         text = record.get(text_key)
+        if text is None and text_key in record:
+            raise ValueError(
+                f"{where}: field {text_key!r} is null: give that record its text or remove it"
+            )
         if not isinstance(text, str):
             what = "has no" if text is None else f"has a {type(text).__name__} in its"
             raise ValueError(
