@@ -48,8 +48,12 @@ class Cursor:
     def describe(self) -> str:
         if self.line > 0 and self.file:
             return f"line {self.line} of {self.file} (record {self.position} of that file, from 0)"
-        where = f"record {self.position}" if self.position >= 0 else "before the first record"
-        return f"{where} of {self.file}" if self.file else where
+        if self.file:
+            where = f"record {self.position}" if self.position >= 0 else "before the first record"
+            return f"{where} of {self.file}"
+        # an in-memory input (from_list, a shuffle's partition): an item, which may itself be a
+        # file a task reads, whose own error then names its record
+        return f"item {self.position} of its input" if self.position >= 0 else "its start"
 
 
 def detect_format(path: str) -> str:

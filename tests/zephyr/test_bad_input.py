@@ -129,6 +129,21 @@ def test_user_error_names_the_line(local_ctx: ZephyrContext, tmp_path) -> None:
     assert "line 6 of" in str(err.value) and "gaps.jsonl" in str(err.value)
 
 
+def _open_second(item: str) -> str:
+    if item == "b.jsonl":
+        raise ValueError("b.jsonl: line 2: record 1 has no 'text' field")
+    return item
+
+
+def test_an_error_over_an_in_memory_input_names_the_item(local_ctx: ZephyrContext) -> None:
+    """Over a list (files a task opens itself, as dedup's), the position is an item of the
+    list: "record 0" read as the record the cause's own message names by line."""
+    ds = Dataset.from_list(["a.jsonl", "b.jsonl"]).reshard(1).map(_open_second)
+    with pytest.raises(ShardFailedError) as err:
+        local_ctx.execute(ds)
+    assert "failed at item 1 of its input: ValueError: b.jsonl: line 2: record 1" in str(err.value)
+
+
 def test_truncated_parquet_names_the_file(local_ctx: ZephyrContext, tmp_path) -> None:
     good = tmp_path / "good.parquet"
     pq.write_table(pa.Table.from_pylist(ROWS), good)
