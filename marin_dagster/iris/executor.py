@@ -75,7 +75,7 @@ from marin_dagster.iris.processes import (
     gang_env,
     was_preempted,
 )
-from marin_dagster.iris.resource_config import ResourceConfig, ResourceConfigError
+from marin_dagster.iris.resource_config import ResourceConfig, ResourceConfigError, parse_bytes
 from marin_dagster.iris.settings import IrisSettings
 from marin_dagster.settings import field_default, settings_fields, unwrap_optional
 
@@ -181,7 +181,7 @@ class IrisStepHandler(StepHandler):
         self._preemptions: Counter[str] = Counter()
         self._crash_retries: Counter[str] = Counter()
         self._validated = False
-        self._cpu_warned: set[str] = set()
+        self._short_warned: set[str] = set()
         # The executor calls from one thread; the lock guards against a caller that doesn't.
         self._lock = threading.RLock()
 
@@ -358,7 +358,7 @@ class IrisStepHandler(StepHandler):
             if n > 1:
                 env.update(gang_env(n, i, coordinator))
             envs.append(env)
-        self._warn_if_cores_short(st, host)
+        self._warn_if_machine_short(st, host)
         executable = args.job_origin.executable_path or sys.executable
         try:
             st.proc = ProcessGang.start([[executable, "-m", WORKER_MODULE]] * n, envs)
@@ -400,17 +400,25 @@ class IrisStepHandler(StepHandler):
             },
         )
 
-    def _warn_if_cores_short(self, st: _Step, host: str) -> None:
+    def _warn_if_machine_short(self, st: _Step, host: str) -> None:
         # Only here, not when the asset is defined: the same experiment may run on a k8s node
-        # that has the cores. Locally nothing pins cores, so the step runs on what there is.
-        cores = available_cores()
-        if st.request.cpu <= cores or st.key in self._cpu_warned:
+        # that has them. Locally nothing pins cores or caps memory, so the step runs on what
+        # there is (and may be killed for memory by the kernel, which names no step).
+        if st.key in self._short_warned:
             return
-        self._cpu_warned.add(st.key)
+        cores, memory = available_cores(), available_memory()
+        short = []
+        if st.request.cpu > cores:
+            short.append(f"{cores} CPU cores")
+        if memory is not None and parse_bytes(st.request.ram, "ram") > memory:
+            short.append(f"{memory / 2**30:.1f} GiB of memory")
+        if not short:
+            return
+        self._short_warned.add(st.key)
         st.context.get_step_context(st.key).log.warning(
-            f'Step "{st.key}" asks for {st.request} ({st.request.cpu:g} CPU cores) but this '
-            f"machine ({host}) has {cores}; it runs with the {cores} there are. Lower the "
-            f"request, or run it with launcher='kubernetes' on a node that has the cores."
+            f'Step "{st.key}" asks for {st.request}, and this machine ({host}) has '
+            f"{' and '.join(short)}; it runs with what there is. Lower the request, or run it "
+            "with launcher='kubernetes' on a node that has it."
         )
 
     def _start_k8s(self, st: _Step) -> DagsterEvent:
@@ -625,6 +633,25 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """The bytes this process may use: the machine's memory, or its cgroup's limit (a
+    container's) where that is lower; None where neither can be read."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit_file) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+        break
+    return total
 
 
 class IrisExecutor(StepDelegatingExecutor):

@@ -232,3 +232,16 @@ def many_cores() -> None:
 
 def many_cores_job() -> dg.JobDefinition:
     return _iris_job("many_cores_job", [many_cores])
+
+
+# More memory than any machine running the tests has: 64 TiB.
+MUCH_RAM = "65536g"
+
+
+@dg.asset(op_tags=ResourceConfig.parse(f"cpu ram={MUCH_RAM}").to_op_tags())
+def much_ram() -> None:
+    _record("much_ram.ran")
+
+
+def much_ram_job() -> dg.JobDefinition:
+    return _iris_job("much_ram_job", [much_ram])

@@ -11,7 +11,7 @@ import pytest
 
 from assets.raw import sample_corpus
 from marin_dagster.iris import RESOURCES_TAG, ResourceConfigError
-from marin_dagster.iris.executor import available_cores
+from marin_dagster.iris.executor import available_cores, available_memory
 from tests.iris import jobs
 from tests.iris.conftest import execution_config, read_records
 
@@ -59,4 +59,20 @@ def test_more_cores_than_the_machine_has_runs_with_a_warning_naming_step_request
     message = warning.user_message
     assert 'Step "many_cores"' in message
     assert f"cpu:{jobs.MANY_CORES}" in message
-    assert f"has {cores};" in message and socket.gethostname() in message
+    assert f"has {cores} CPU cores;" in message and socket.gethostname() in message
+
+
+def test_more_memory_than_the_machine_has_runs_with_a_warning(instance, iris_dir, tmp_path):
+    memory = available_memory()
+    assert memory is not None and memory < 2**46
+    result = dg.execute_job(
+        dg.reconstructable(jobs.much_ram_job),
+        instance=instance,
+        run_config=execution_config(tmp_path),
+    )
+    assert result.success
+    assert len(read_records(iris_dir, "much_ram.ran")) == 1
+    (warning,) = [e for e in instance.all_logs(result.run_id) if e.level == logging.WARNING]
+    assert warning.step_key == "much_ram"
+    assert "asks for cpu ram=64t, and this machine" in warning.user_message
+    assert f"has {memory / 2**30:.1f} GiB of memory;" in warning.user_message
