@@ -44,12 +44,17 @@ class Experiment:
         resources: Mapping[str, Any] | None = None,
         instance: dg.DagsterInstance | None = None,
     ) -> dg.ExecuteInProcessResult:
-        """Like Marin's `executor_main`: run in this process against the persistent instance."""
+        """Like Marin's `executor_main`: run in this process against the persistent instance.
+
+        `resources` override the local ones by key (`{"zephyr": ZephyrResource(backend="ray")}`
+        runs the data steps on Ray and keeps the local storage, Levanter and the rest)."""
         from resources import local_resources
 
         return dg.materialize(
             self.assets(),
             instance=instance or persistent_instance(),
-            resources=resources or local_resources(),
+            # Merged, not replacing: a partial dict otherwise failed with Dagster's "resource
+            # 'storage' required by op ... was not provided".
+            resources={**local_resources(), **(resources or {})},
             tags={FORCE_TAG: "true"} if force else None,
         )
