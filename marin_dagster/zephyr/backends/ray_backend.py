@@ -7,12 +7,14 @@ backends count failures the same way. Task resources become Ray task options
 objects go to Ray's object store once (`ray.put`); each task gets their refs
 as an argument and a worker process fetches an object the first time a task
 asks for it. Scratch files live under the context's scratch folder, which must
-be visible to every node (one machine, or a shared mount).
+be visible to every node (one machine, or a shared mount). Without an `address`, the
+cluster `RAY_ADDRESS` names is joined; with neither, a local one is started.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import uuid
 from typing import Any
@@ -47,6 +49,9 @@ class RayBackend:
             raise ImportError("backend='ray' needs Ray: pip install 'marin-dagster[ray]'") from None
         self._ray = ray
         if not ray.is_initialized():
+            # RAY_ADDRESS is how Ray's own tools name a running cluster; ray.init() reads it
+            # too, and then refuses num_cpus, so joining it takes an address-only init.
+            address = address or os.environ.get("RAY_ADDRESS") or None
             if address:
                 ray.init(address=address)
             else:

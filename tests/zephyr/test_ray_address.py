@@ -1,0 +1,52 @@
+"""The Ray backend joins the cluster that RAY_ADDRESS names, as Ray's own tools do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+# Runs in a process of its own: Ray allows one cluster per process, and the session's
+# ray_cluster fixture holds this one's.
+_SCRIPT = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    address = ray.get_runtime_context().gcs_address
+    child = '''
+    import ray
+    from marin_dagster.zephyr import Dataset, ZephyrContext
+
+    with ZephyrContext(max_workers=1, backend="ray") as ctx:
+        out = ctx.execute(Dataset.from_list([1, 2, 3]).map(lambda x: x * 2))
+    print("results", sorted(out.results))
+    print("joined", ray.get_runtime_context().gcs_address)
+    '''
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", child],
+            env=dict(os.environ, RAY_ADDRESS=address),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        ray.shutdown()
+    print("cluster", address)
+    print(done.stdout)
+    print(done.stderr[-3000:], file=sys.stderr)
+    sys.exit(done.returncode)
+    """
+)
+
+
+def test_ray_backend_joins_the_cluster_ray_address_names() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert lines["results"] == "[2, 4, 6]"
+    assert lines["joined"] == lines["cluster"]
