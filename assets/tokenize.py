@@ -185,6 +185,10 @@ class TokenizedConfig(StepConfig):
     add_special_tokens: bool = True
     """Encode with the tokenizer's template (e.g. its BOS), as Levanter does."""
     skip_bad_records: bool = False
+    eos_token: str | None = added_later(None)
+    """The token appended after each document (append_eos); None: the first well-known one
+    the tokenizer has (<|endoftext|>, </s>, ...). A tokenizer with another name for it
+    (<|im_end|>, [SEP]) needs it named here."""
 
 
 def _samples_markdown(cache_path: str, tokenizer_dir: str, n: int = 3, chars: int = 300) -> str:
@@ -212,6 +216,7 @@ def _run_tokenized(
             id_key=config.id_key,
             append_eos=config.append_eos,
             add_special_tokens=config.add_special_tokens,
+            eos_token=config.eos_token,
             sample_count=config.sample_count,
             validation_fraction=0.0 if "validation" in inputs else config.validation_fraction,
             validation_files=dataset_files(inputs["validation"])

@@ -49,7 +49,7 @@ from marin_dagster.tokenize.records import (
     iter_documents,
     read_records,
 )
-from marin_dagster.tokenize.tokenizer import find_eos_id, load_tokenizer, vocab_size
+from marin_dagster.tokenize.tokenizer import KNOWN_EOS, find_eos_id, load_tokenizer, vocab_size
 from marin_dagster.zephyr import (
     Dataset,
     InputError,
@@ -363,7 +363,7 @@ def build_token_cache(
     if append_eos and eos_id is None:
         raise ValueError(
             "append_eos=True but the tokenizer has no end-of-document token (looked for "
-            "<|endoftext|>, </s>, <|end_of_text|>, <eos>); pass eos_token=... or append_eos=False"
+            f"{', '.join(KNOWN_EOS)}); name its own with eos_token=... or pass append_eos=False"
         )
     files = expand_sources(source_files)
     val_files = expand_sources(validation_files) if validation_files is not None else []

@@ -26,7 +26,7 @@ TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 DEFAULT_EOS = "<|endoftext|>"
 # Tried in order when a tokenizer does not say which token ends a document.
-_KNOWN_EOS = (DEFAULT_EOS, "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>")
+KNOWN_EOS = (DEFAULT_EOS, "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>")
 # Texts handed to the trainer per batch: the Rust side counts words as they
 # arrive, so only one batch of text is held in Python at a time.
 _TRAIN_BATCH = 256
@@ -309,7 +309,7 @@ def find_eos_id(tok: Tokenizer, eos_token: str | None = None) -> int | None:
         if tid is None:
             raise ValueError(f"eos_token {eos_token!r} is not in the tokenizer's vocabulary")
         return tid
-    for candidate in _KNOWN_EOS:
+    for candidate in KNOWN_EOS:
         tid = tok.token_to_id(candidate)
         if tid is not None:
             return tid

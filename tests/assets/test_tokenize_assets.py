@@ -101,3 +101,35 @@ def test_a_vocab_larger_than_the_corpus_supports_is_warned_of(tmp_path):
     assert len(warnings) == 1
     assert f"vocab_size=5,000 asked, {learned:,} learned" in warnings[0]
     assert "Lower vocab_size" in warnings[0]
+
+
+def _im_end_tokenizer(path) -> int:
+    """A byte-level BPE whose end-of-document token is <|im_end|> (none of the known names)."""
+    from marin_dagster.tokenize.tokenizer import new_byte_level_bpe
+
+    tok = new_byte_level_bpe()
+    tok.add_tokens(["a", "b"])
+    tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    path.write_text(tok.to_str())
+    return tok.token_to_id("<|im_end|>")
+
+
+def test_tokenized_takes_the_eos_token_of_a_tokenizer_that_names_it_otherwise(tmp_path):
+    # The build's error for such a tokenizer says to pass eos_token=...: the factory takes it.
+    im_end = _im_end_tokenizer(tmp_path / "tokenizer.json")
+    src = tmp_path / "notes.jsonl"
+    src.write_text('{"id": "1", "text": "ab ba"}\n{"id": "2", "text": "b a a"}\n')
+    raw = dataset("raw/im-end-notes", str(src))
+    tok = tokenizer("tokenizers/im-end", pretrained=str(tmp_path / "tokenizer.json"))
+    ds = tokenized(
+        "tokenized/im-end-notes", source=raw, tokenizer=tok, validation=0.0, eos_token="<|im_end|>"
+    )
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, tok, ds], instance=instance, resources=local_resources(str(tmp_path / "data"))
+        )
+    assert result.success
+    cache = TokenCache.open(_meta(result, ds)["path"], split="train")
+    assert len(cache) == 2
+    assert all(cache[i][-1] == im_end for i in range(2))
+    assert cache.eos_id == im_end
