@@ -21,6 +21,7 @@ from marin_dagster.tokenize.build import build_token_cache
 from marin_dagster.tokenize.records import RecordCounts, held_out, iter_documents, read_records
 from marin_dagster.tokenize.tokenizer import (
     DEFAULT_EOS,
+    KNOWN_EOS,
     TOKENIZER_FILE,
     describe_tokenizer,
     examples_markdown,
@@ -51,6 +52,19 @@ class TokenizerConfig(StepConfig):
     @classmethod
     def _tuple(cls, value: Any) -> Any:
         return tuple(value) if isinstance(value, list) else value
+
+
+def _training_eos(special_tokens: tuple[str, ...]) -> str:
+    """The end-of-document token of a BPE trained with `special_tokens`: the one the token
+    cache will find (`find_eos_id` looks for the known names in this order)."""
+    for token in KNOWN_EOS:
+        if token in special_tokens:
+            return token
+    raise ValueError(
+        f"special_tokens={list(special_tokens)} holds no end-of-document token, which the "
+        f"token cache appends after each document: add one of {', '.join(KNOWN_EOS)} "
+        "(e.g. special_tokens=['<s>', '</s>'])"
+    )
 
 
 def _texts(
@@ -86,6 +100,8 @@ def _run_tokenizer(
             output_path,
             vocab_size=config.vocab_size,
             special_tokens=config.special_tokens,
+            # The engine's default, <|endoftext|>, is not among every user's special tokens.
+            eos_token=_training_eos(config.special_tokens),
             min_frequency=config.min_frequency,
             max_documents=config.max_documents,
         )
@@ -145,6 +161,8 @@ def tokenizer(
             pretrained_sha256=_file_sha256(pretrained) if pretrained else None,
             **config,
         )
+        if not pretrained:
+            _training_eos(cfg.special_tokens)  # refused now, not when the step runs
     return versioned_asset(
         name=name,
         kind="tokenizer",

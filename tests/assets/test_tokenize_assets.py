@@ -133,3 +133,27 @@ def test_tokenized_takes_the_eos_token_of_a_tokenizer_that_names_it_otherwise(tm
     assert len(cache) == 2
     assert all(cache[i][-1] == im_end for i in range(2))
     assert cache.eos_id == im_end
+
+
+def test_a_bpe_trained_with_other_special_tokens_ends_documents_with_its_own_eos(tmp_path):
+    # special_tokens without <|endoftext|> failed when the step ran: "eos_token
+    # '<|endoftext|>' must be one of special_tokens", a field the factory does not have.
+    src = tmp_path / "notes.jsonl"
+    src.write_text("".join(f'{{"id": "{i}", "text": "note number {i}"}}\n' for i in range(20)))
+    raw = dataset("raw/s-notes", str(src))
+    tok = tokenizer("tokenizers/s-bpe", source=raw, vocab_size=300, special_tokens=["<s>", "</s>"])
+    ds = tokenized("tokenized/s-notes", source=raw, tokenizer=tok, validation=0.0)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, tok, ds], instance=instance, resources=local_resources(str(tmp_path / "data"))
+        )
+    assert result.success
+    eos = load_tokenizer(fs.join(_meta(result, tok)["path"], "tokenizer.json")).token_to_id("</s>")
+    assert _meta(result, tok)["eos_id"] == eos
+    cache = TokenCache.open(_meta(result, ds)["path"], split="train")
+    assert len(cache) == 20 and cache[0][-1] == eos
+
+
+def test_special_tokens_without_an_end_of_document_token_are_refused_when_defined():
+    with pytest.raises(ValueError, match=r"tokenizer\('tokenizers/no-eos'\): special_tokens="):
+        tokenizer("tokenizers/no-eos", source=sample_corpus("raw/x"), special_tokens=["<pad>"])
