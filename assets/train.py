@@ -20,7 +20,14 @@ from marin_dagster.levanter import evaluate as evaluate_checkpoint
 from marin_dagster.levanter.evaluate import evaluate_to_dict
 from marin_dagster.levanter.trainer import with_split
 from marin_dagster.markdown import code_block
-from marin_dagster.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, vocab_size
+from marin_dagster.tokenize import TokenCache
+from marin_dagster.tokenize.tokenizer import (
+    CONFIG_FILE,
+    TOKENIZER_FILE,
+    find_eos_id,
+    load_tokenizer,
+    vocab_size,
+)
 
 
 def _tokenizer_of(factory: str, name: str, asset: dg.AssetsDefinition) -> Step:
@@ -84,6 +91,11 @@ def _run_train(
     # The checkpoint carries its tokenizer: `marin export-hf` and anyone sampling from it
     # need no experiment file to find which one it was.
     fs.write_bytes(fs.join(output_path, TOKENIZER_FILE), fs.read_bytes(tokenizer_file))
+    # ... and the EOS its caches end documents with, when the tokenizer names it otherwise than
+    # the known names (tokenized(eos_token="<|im_end|>")): export-hf reads it back.
+    eos_id = TokenCache.open(inputs[next(iter(config.datasets))], config.train_split).eos_id
+    if eos_id is not None and find_eos_id(tok) != eos_id:
+        fs.write_json(fs.join(output_path, CONFIG_FILE), {"eos_token": tok.id_to_token(eos_id)})
     # The experiment names datasets by asset; the engine reads their token caches.
     train_config = dataclasses.replace(
         config,

@@ -390,13 +390,15 @@ def hf_tokenizer(spec: str, model_max_length: int | None = None) -> HfTokenizer:
 
     tokenizer.json is copied as it is; tokenizer_config.json (transformers', not the
     training record a tokenizer asset keeps under that name) names PreTrainedTokenizerFast
-    and the special tokens. EOS is found as the token cache found it (`find_eos_id`); BOS is
-    the token the tokenizer's template puts before every encoding, if any.
+    and the special tokens. EOS is the one the folder's tokenizer_config.json names, else found
+    as the token cache finds it (`find_eos_id`); BOS is the token the tokenizer's template puts
+    before every encoding, if any.
     """
     from marin_dagster.tokenize.tokenizer import (
         TOKENIZER_FILE,
         find_eos_id,
         load_tokenizer,
+        read_tokenizer_config,
         vocab_size,
     )
 
@@ -406,7 +408,13 @@ def hf_tokenizer(spec: str, model_max_length: int | None = None) -> HfTokenizer:
         tok = load_tokenizer(tokenizer_json)
     except ValueError as e:  # not a tokenizer.json; a missing one is a FileNotFoundError
         raise HfFormatError(str(e)) from e
-    eos_id = find_eos_id(tok)
+    # A folder may name its EOS in tokenizer_config.json (a tokenizer asset's, a train
+    # output's, transformers'): a token the known names miss, such as <|im_end|>.
+    recorded = None if path.endswith(".json") else (read_tokenizer_config(path) or {})
+    named = recorded.get("eos_token") if recorded else None
+    eos_id = find_eos_id(
+        tok, named if isinstance(named, str) and tok.token_to_id(named) is not None else None
+    )
     # A token the template puts before the text (Llama's <s>, Llama 3's <|begin_of_text|>).
     plain = tok.encode("a", add_special_tokens=False).ids
     templated = tok.encode("a").ids

@@ -214,3 +214,48 @@ def test_paths_that_are_not_there_are_named(trained, tmp_path, capsys, monkeypat
     args = ["export-hf", trained["output"], str(tmp_path / "hf"), "--tokenizer", big.path]
     code, _, err = in_process(capsys, monkeypatch, *args, env=trained["env"])
     assert code == 1 and "it is not the tokenizer the model was trained with" in err, err
+
+
+def test_a_model_trained_with_an_eos_of_another_name_exports_it(tmp_path):
+    """tokenized(eos_token="<|im_end|>"): the documents the model saw end with <|im_end|>, and
+    config.json names it (null, generation would never stop)."""
+    import dataclasses
+
+    import dagster as dg
+
+    from assets import dataset, tokenized, tokenizer, train_lm
+    from marin_dagster.levanter import llama_nano
+    from marin_dagster.levanter.hf import export_hf
+    from marin_dagster.tokenize.tokenizer import train_tokenizer
+    from resources import local_resources
+
+    texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))] * 5
+    saved = train_tokenizer(texts, str(tmp_path / "tok"), vocab_size=280)
+    saved.tokenizer.add_special_tokens(["<|im_end|>"])
+    saved.tokenizer.save(str(tmp_path / "im_end.json"))
+    im_end = saved.tokenizer.token_to_id("<|im_end|>")
+    src = tmp_path / "notes.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+
+    raw = dataset("raw/im-end-train", str(src))
+    tok = tokenizer("tokenizers/im-end-train", pretrained=str(tmp_path / "im_end.json"))
+    ds = tokenized(
+        "tokenized/im-end-train", source=raw, tokenizer=tok, validation=0.0, eos_token="<|im_end|>"
+    )
+    tiny = dataclasses.replace(
+        llama_nano, seq_len=16, hidden_dim=16, intermediate_dim=32, num_layers=1
+    )
+    model = train_lm(
+        "checkpoints/im-end", model=tiny, datasets={ds: 1.0}, batch_size=2, num_train_steps=2
+    )
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, tok, ds, model],
+            instance=instance,
+            resources=local_resources(str(tmp_path / "data")),
+        )
+    assert result.success
+    output = result.asset_materializations_for_node(model.op.name)[0].metadata["path"].value
+    out = export_hf(output, str(tmp_path / "hf"), tokenizer=output)
+    assert _json(os.path.join(out, "config.json"))["eos_token_id"] == im_end
+    assert _json(os.path.join(out, "special_tokens_map.json")) == {"eos_token": "<|im_end|>"}
