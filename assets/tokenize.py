@@ -260,7 +260,14 @@ def _run_tokenized(
     for split, s in stats.splits.items():
         meta[f"{split}_tokens"] = s["num_tokens"]
         meta[f"{split}_documents"] = s["num_docs"]
-    if config.validation_fraction > 0 and not meta.get("validation_documents"):
+    if stats.num_docs and not meta.get("train_documents"):
+        # Training would fail on it much later, naming only the cache's path.
+        step.log.warning(
+            f"the train split is empty: all {stats.num_docs:,} documents fell in the held-out "
+            f"{config.validation_fraction:.0%} (validation); lower validation=..., or give "
+            "validation=<a dataset asset> and keep this source for training"
+        )
+    elif config.validation_fraction > 0 and not meta.get("validation_documents"):
         # Training evaluates on this split by default and would fail only then, much later.
         step.log.warning(
             f"the validation split is empty: no document of {stats.num_docs:,} fell in the "

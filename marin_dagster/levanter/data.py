@@ -144,7 +144,9 @@ class MixtureDataset:
             if n == 0:
                 raise TrainInputError(
                     f"datasets[{path!r}]: split {split!r} holds {cache.num_tokens} tokens, fewer than one "
-                    f"sequence of seq_len={seq_len}; the dataset is empty or too small"
+                    f"sequence of seq_len={seq_len}; the dataset is empty or too small: give it "
+                    "more documents, hold out less of it (a smaller validation fraction when "
+                    "tokenizing) or train with a shorter seq_len"
                 )
             self.components.append(MixtureComponent(path, float(weight), cache, n))
         self.counts = block_counts([c.weight for c in self.components], block_size)

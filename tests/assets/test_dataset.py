@@ -364,6 +364,28 @@ def test_an_empty_validation_split_is_reported_when_tokenizing(tmp_path):
     assert "validation=" in warnings[0] and "evals=" in warnings[0]
 
 
+def test_an_empty_train_split_is_reported_when_tokenizing(tmp_path):
+    """validation=0.99 holds out every one of six documents: the tokenize step says the train
+    split is empty, as it does for an empty validation split, not training much later."""
+    src = tmp_path / "notes.jsonl"
+    src.write_bytes(_jsonl(TEXTS))
+    raw = dataset("raw/notes", str(src))
+    tok = tokenizer("tokenizers/notes", source=raw, vocab_size=300)
+    ds = tokenized("tokenized/notes", source=raw, tokenizer=tok, validation=0.99)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, tok, ds], instance=instance, resources=_resources(str(tmp_path / "data"))
+        )
+        assert _meta(result, ds)["train_documents"] == 0
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.step_key == ds.op.name and "split is empty" in e.user_message
+        ]
+    assert len(warnings) == 1 and "the train split is empty: all 6 documents" in warnings[0]
+    assert "validation=" in warnings[0]
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_parquet_and_csv_datasets_go_through_dedup_and_tokenize(tmp_path, fmt):
     """Every format `dataset` fetches is one the steps after it read."""
