@@ -373,6 +373,10 @@ def _few(names: list[str], n: int = 6) -> str:
 # the tokenizer
 
 
+# Padding tokens by the names tokenizers give them (Llama/SentencePiece, BERT, GPT-style).
+PAD_TOKENS = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
+
+
 @dataclasses.dataclass(frozen=True)
 class HfTokenizer:
     """A tokenizer as a Hugging Face folder holds it: its files (name -> text) and the special
@@ -423,7 +427,16 @@ def hf_tokenizer(spec: str, model_max_length: int | None = None) -> HfTokenizer:
     def token(token_id: int | None) -> str | None:
         return None if token_id is None else tok.id_to_token(token_id)
 
-    special = {"bos_token": token(bos_id), "eos_token": token(eos_id)}
+    # transformers reads unk/pad from the config only: without them `tokenizer.pad_token` is
+    # None and padding a batch fails, though tokenizer.json holds the token.
+    unk = getattr(tok.model, "unk_token", None)
+    pad = next((t for t in PAD_TOKENS if tok.token_to_id(t) is not None), None)
+    special = {
+        "bos_token": token(bos_id),
+        "eos_token": token(eos_id),
+        "unk_token": unk if unk and tok.token_to_id(unk) is not None else None,
+        "pad_token": pad,
+    }
     special = {k: v for k, v in special.items() if v is not None}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",

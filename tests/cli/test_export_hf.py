@@ -164,13 +164,14 @@ def test_an_output_carries_its_tokenizer_and_an_older_one_is_found_by_its_step(
 
 
 def test_a_tokenizer_given_by_hand_with_a_bos_token(trained, tmp_path, capsys, monkeypatch):
-    """A template that puts <s> before every encoding: <s> is the BOS config.json names."""
+    """A template that puts <s> before every encoding: <s> is the BOS config.json names. Its
+    <unk> and <pad> are named too: transformers reads them from the config only."""
     texts = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))] * 5
     saved = train_tokenizer(
         texts,
         str(tmp_path / "tok"),
         vocab_size=280,
-        special_tokens=("<s>", "</s>"),
+        special_tokens=("<s>", "</s>", "<unk>", "<pad>"),
         eos_token="</s>",
     )
     tok = saved.tokenizer
@@ -178,6 +179,7 @@ def test_a_tokenizer_given_by_hand_with_a_bos_token(trained, tmp_path, capsys, m
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", special_tokens=[("<s>", bos)]
     )
+    tok.model.unk_token = "<unk>"
     tok.save(saved.tokenizer_json)
 
     out = str(tmp_path / "hf")
@@ -186,7 +188,7 @@ def test_a_tokenizer_given_by_hand_with_a_bos_token(trained, tmp_path, capsys, m
     assert code == 0 and f"with the tokenizer of {saved.path}" in stdout, err
     config = _json(os.path.join(out, "config.json"))
     assert (config["bos_token_id"], config["eos_token_id"]) == (bos, eos)
-    special = {"bos_token": "<s>", "eos_token": "</s>"}
+    special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
     assert _json(os.path.join(out, "special_tokens_map.json")) == special
     assert special.items() <= _json(os.path.join(out, "tokenizer_config.json")).items()
 
