@@ -92,7 +92,7 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
 
     # A watched folder is a step with no output of its own: registered so that experiments
     # find it upstream.
-    register_step(Step(name, WATCHED_KIND, version, config, {}, observe))
+    register_step(Step(name, WATCHED_KIND, version, config, {}, observe, observed=True))
     return observe
 
 

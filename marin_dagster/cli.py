@@ -185,6 +185,8 @@ def _last_materialization(instance: Any, step: Any, path: str) -> str:
 
 # A RUNNING output whose lease's holder is gone: the run that wrote it was killed.
 INTERRUPTED = "interrupted"
+# A SUCCESS output built from inputs that have changed since (at the same versions).
+OUTDATED = "outdated"
 
 
 def _running_state(path: str) -> str:
@@ -207,6 +209,10 @@ def status_rows(
     """The `marin status` table: one row per asset of `steps` (the code location's)."""
     from marin_dagster import fs
     from marin_dagster.execution.status import MANIFEST_FILE, StepStatus, read_status
+    from marin_dagster.execution.step import changed_inputs
+
+    def output_path(name: str, version: str) -> str:
+        return fs.join(prefix, f"{name}-{version}")
 
     columns = ["asset", "version", "status", "output", "size", "last materialization"]
     rows = []
@@ -214,7 +220,7 @@ def status_rows(
         if step.kind == "watched_folder":
             path, state, size = step.config.path, "watched", None
         else:
-            path = fs.join(prefix, f"{step.name}-{step.version}")
+            path = output_path(step.name, step.version)
             try:
                 record = read_status(path)
             except ValueError as e:
@@ -223,6 +229,9 @@ def status_rows(
                 state = record.status.value if record else "missing"
                 if record is not None and record.status == StepStatus.RUNNING:
                     state = _running_state(path)
+                elif record is not None and record.status == StepStatus.SUCCESS:
+                    if changed_inputs(record, step.built_from(output_path)):
+                        state = OUTDATED
             size = None
             if record is not None:
                 manifest = fs.read_json_or_none(fs.join(path, MANIFEST_FILE))
@@ -253,6 +262,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
         )
     else:
         sys.stdout.write(format_table(columns, rows, max_width=100))
+    if any(row[2] == OUTDATED for row in rows):
+        sys.stderr.write(
+            f"marin status: {OUTDATED}: SUCCESS, built from inputs that changed since (an "
+            "input rebuilt with other data, a watched folder's files). Materializing the asset "
+            "rebuilds it\n"
+        )
     if any(row[2] == INTERRUPTED for row in rows):
         sys.stderr.write(
             f"marin status: {INTERRUPTED}: the run writing the output is gone (killed before "

@@ -66,6 +66,27 @@ class Step:
     asset: dg.AssetsDefinition
     defined_at: str = ""
     """Where the experiment called the factory (`file:line`), for errors naming the definition."""
+    source_state: Callable[[Any], Mapping[str, str]] | None = None
+    """What the step reads that is neither in its version nor another step's output (a
+    watched folder's files), fingerprinted: see `versioned_asset`."""
+    observed: bool = False
+    """A source observed where it is (a watched folder), with no output of its own: what
+    reads it fingerprints it as its `source_state`."""
+
+    def built_from(self, output_path: Callable[[str, str], str]) -> dict[str, str]:
+        """What the step would be built from now, as its SUCCESS records it: each input's
+        data version ("" for one not built) and its source state. `output_path(name,
+        version)` is the storage's."""
+        out = {}
+        for role, up in self.upstream.items():
+            if up.observed:
+                continue
+            record = read_status(output_path(up.name, up.version))
+            done = record is not None and record.status == StepStatus.SUCCESS
+            out[role] = (record.data_version or "") if done else ""
+        if self.source_state is not None:
+            out.update(self.source_state(self.config))
+        return out
 
 
 Run = Callable[[Any, Mapping[str, str], str, StepContext], Mapping[str, Any] | None]
@@ -353,11 +374,10 @@ def _check_loaded_version(context: dg.AssetExecutionContext, name: str, version:
 
 def _input_paths(
     storage: Any, upstream: Mapping[str, Step], location: str, key: dg.AssetKey
-) -> tuple[dict[str, str], dict[str, str]]:
-    """Each input's output folder and data version; one not built fails, saying how to build
-    this step with everything it needs (`+key`: every missing input, not only the first one
-    found)."""
-    inputs, data_versions = {}, {}
+) -> dict[str, str]:
+    """Each input's output folder; one not built fails, saying how to build this step with
+    everything it needs (`+key`: every missing input, not only the first one found)."""
+    inputs = {}
     for role, up in upstream.items():
         path = storage.output_path(up.name, up.version)
         record = read_status(path)
@@ -369,8 +389,7 @@ def _input_paths(
                 f"`dagster asset materialize {location} --select '+{key.to_user_string()}'`"
             )
         inputs[role] = path
-        data_versions[role] = record.data_version or ""
-    return inputs, data_versions
+    return inputs
 
 
 def versioned_asset(
@@ -415,9 +434,7 @@ def versioned_asset(
         output_path = storage.output_path(name, version)
         location = _code_location_args(context.run, defined_at)
         _check_loaded_version(context, name, version)
-        inputs, built_from = _input_paths(storage, upstream_steps, location, key)
-        if source_state is not None:
-            built_from.update(source_state(step_config))
+        inputs = _input_paths(storage, upstream_steps, location, key)
         force = config.force or _force_tag(context.run.tags)
         run_id = context.run.run_id
         step = StepContext(name, version, run_id, context.log, context.resources, context)
@@ -438,7 +455,7 @@ def versioned_asset(
             lease=storage.lease_settings(),
             run_id=run_id,
             log=context.log,
-            inputs=built_from,
+            inputs=registered.built_from(storage.output_path),
         )
         files = outcome.manifest.get("files", {})
         return dg.MaterializeResult(
@@ -473,5 +490,6 @@ def versioned_asset(
         kinds=set(kinds) or None,
         output_required=nothing_to_build is None,
     )(compute if nothing_to_build is None else optional)
-    register_step(Step(name, kind, version, config, upstream_steps, asset, defined_at))
+    registered = Step(name, kind, version, config, upstream_steps, asset, defined_at, source_state)
+    register_step(registered)
     return asset

@@ -54,7 +54,7 @@ def _done(output_path: str, version: str) -> StatusRecord | None:
     return record
 
 
-def _changed_inputs(record: StatusRecord, inputs: Mapping[str, str] | None) -> list[str]:
+def changed_inputs(record: StatusRecord, inputs: Mapping[str, str] | None) -> list[str]:
     """The inputs that differ from those `record` was built from (none when either is unknown)."""
     if inputs is None or record.inputs is None:
         return []
@@ -103,7 +103,7 @@ def execute_step(
     def done() -> StatusRecord | None:
         nonlocal force
         record = _done(output_path, version)
-        if record is not None and (changed := _changed_inputs(record, inputs)):
+        if record is not None and (changed := changed_inputs(record, inputs)):
             log.info(
                 f"{output_path}: input(s) {', '.join(changed)} changed since it was built: "
                 "rebuilding"

@@ -143,10 +143,24 @@ def test_changed_files_rebuild_the_corpus_and_what_follows_without_the_sensor(
 
             return len(gzip.decompress(f.read()).splitlines())
 
+    def states() -> dict[str, str]:  # as `marin status` shows them
+        from marin_dagster.cli import status_rows
+        from marin_dagster.execution.asset import upstream_closure
+
+        _, rows = status_rows(storage.root, steps=upstream_closure([clean]))
+        return {row[0]: row[2] for row in rows}
+
     assert build() == [False, False] and kept() == 1
     assert build() == [True, True]
     (inbox / "b.jsonl").write_text('{"text": "second document"}\n')
+    # the corpus will be rebuilt; the dedup's own input has not changed yet
+    assert states() == {
+        "raw/inbox": "watched",
+        "raw/inbox_corpus": "outdated",
+        "dedup/inbox": "SUCCESS",
+    }
     assert build() == [False, False] and kept() == 2
+    assert set(states().values()) == {"watched", "SUCCESS"}, states()
     (inbox / "a.jsonl").touch()
     assert build() == [True, True] and kept() == 2
 

@@ -13,6 +13,7 @@ import dagster as dg
 import pytest
 
 from marin_dagster.execution.asset import step_for
+from marin_dagster.execution.status import read_status, write_status
 from marin_dagster.marin import (
     ExecutorStep,
     InputName,
@@ -281,6 +282,31 @@ def test_executor_main_answers_a_flag_it_cannot_honour_with_an_error_not_a_trace
         lines = capsys.readouterr().out.splitlines()
         assert lines[0].startswith(f"{action:6} t/broken-{version} (executor_step, FAILED)")
         assert lines[-1].startswith(last), lines
+
+
+def test_the_dry_run_rebuilds_what_an_input_rebuilt_with_other_data_makes_outdated(
+    tmp_path, monkeypatch, capsys
+):
+    """An input rebuilt at its version with other data (forced, a watched folder's files):
+    the step after it is rebuilt by the run, so the dry run says `run`, not `skip`."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    a = ExecutorStep("t/a", noop, Cfg(this_output_path(), versioned(1)))
+    b = ExecutorStep(
+        "t/b", noop, Cfg(this_output_path(), versioned(1), inputs=(output_path_of(a),))
+    )
+    prefix = ["--prefix", str(tmp_path / "data")]
+    executor_main(steps=[b], argv=prefix)
+    capsys.readouterr()
+    va, vb = step_for(lower(a)).version, step_for(lower(b)).version
+    a_out = str(tmp_path / "data" / f"t/a-{va}")
+    write_status(a_out, dataclasses.replace(read_status(a_out), data_version="other data"))
+
+    assert executor_main(steps=[b], argv=[*prefix, "--dry_run"]) is None
+    assert capsys.readouterr().out.splitlines() == [
+        f"skip   t/a-{va} (executor_step, SUCCESS) -> {a_out}",
+        f"run    t/b-{vb} (executor_step, SUCCESS, inputs changed) -> "
+        f"{tmp_path / 'data' / f't/b-{vb}'}",
+    ]
 
 
 SEED = """
