@@ -160,6 +160,15 @@ def dagster_home(tmp_path, monkeypatch: pytest.MonkeyPatch) -> str:
     return home
 
 
+def run_warnings(instance, run_id: str, step_key: str | None = None) -> list[str]:
+    """The warnings (and worse) a run logged, of one step if `step_key` is given."""
+    return [
+        e.user_message
+        for e in instance.all_logs(run_id)
+        if e.level >= 30 and (step_key is None or e.step_key == step_key)
+    ]
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")

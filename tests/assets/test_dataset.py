@@ -19,6 +19,7 @@ from marin_dagster.execution.origins import read_origins
 from marin_dagster.execution.status import StepStatus, read_status
 from resources.storage import StorageResource
 from resources.zephyr import ZephyrResource
+from tests.conftest import run_warnings
 from tests.hub import serve_files, stand_in_hub
 
 TEXTS = [f"line {i}: all the world's a stage" for i in range(6)]
@@ -113,7 +114,7 @@ def test_files_a_folder_source_leaves_out_are_named_in_the_run(tmp_path):
     raw = dataset("raw/notes", str(src))
     with dg.instance_for_test() as instance:
         result = dg.materialize([raw], instance=instance, resources=_resources(str(tmp_path)))
-        warnings = [e.user_message for e in instance.all_logs(result.run_id) if e.level >= 30]
+        warnings = run_warnings(instance, result.run_id)
     assert _meta(result, raw)["left_out_files"] == ["more notes.txt"]
     assert any("1 file(s) left out" in w and "more notes.txt" in w for w in warnings), warnings
 
@@ -342,47 +343,30 @@ def test_a_broken_line_the_dataset_step_meets_is_a_warning_naming_the_users_file
     assert f"{src}: line 2: invalid JSON" in failure and output not in failure
 
 
-def test_an_empty_validation_split_is_reported_when_tokenizing(tmp_path):
-    """Six documents, none of which falls in the held-out 5%: the tokenize step says so,
-    with what to do, instead of training failing on it later."""
+@pytest.mark.parametrize(
+    "validation, empty, says",
+    [
+        # none of six documents falls in the held-out 5%
+        (0.05, "validation_documents", ["validation split is empty", "no document of 6", "evals="]),
+        # 0.99 holds out every one of them
+        (0.99, "train_documents", ["the train split is empty: all 6 documents"]),
+    ],
+)
+def test_an_empty_split_is_reported_when_tokenizing(tmp_path, validation, empty, says):
+    """The tokenize step says a split is empty, with what to do, instead of training failing
+    on it later."""
     src = tmp_path / "notes.jsonl"
     src.write_bytes(_jsonl(TEXTS))
     raw = dataset("raw/notes", str(src))
     tok = tokenizer("tokenizers/notes", source=raw, vocab_size=300)
-    ds = tokenized("tokenized/notes", source=raw, tokenizer=tok)
+    ds = tokenized("tokenized/notes", source=raw, tokenizer=tok, validation=validation)
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             [raw, tok, ds], instance=instance, resources=_resources(str(tmp_path / "data"))
         )
-        assert _meta(result, ds)["validation_documents"] == 0
-        warnings = [
-            e.user_message
-            for e in instance.all_logs(result.run_id)
-            if e.step_key == ds.op.name and "validation split is empty" in e.user_message
-        ]
-    assert len(warnings) == 1 and "no document of 6" in warnings[0]
-    assert "validation=" in warnings[0] and "evals=" in warnings[0]
-
-
-def test_an_empty_train_split_is_reported_when_tokenizing(tmp_path):
-    """validation=0.99 holds out every one of six documents: the tokenize step says the train
-    split is empty, as it does for an empty validation split, not training much later."""
-    src = tmp_path / "notes.jsonl"
-    src.write_bytes(_jsonl(TEXTS))
-    raw = dataset("raw/notes", str(src))
-    tok = tokenizer("tokenizers/notes", source=raw, vocab_size=300)
-    ds = tokenized("tokenized/notes", source=raw, tokenizer=tok, validation=0.99)
-    with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [raw, tok, ds], instance=instance, resources=_resources(str(tmp_path / "data"))
-        )
-        assert _meta(result, ds)["train_documents"] == 0
-        warnings = [
-            e.user_message
-            for e in instance.all_logs(result.run_id)
-            if e.step_key == ds.op.name and "split is empty" in e.user_message
-        ]
-    assert len(warnings) == 1 and "the train split is empty: all 6 documents" in warnings[0]
+        assert _meta(result, ds)[empty] == 0
+        warnings = [w for w in run_warnings(instance, result.run_id, ds.op.name) if says[0] in w]
+    assert len(warnings) == 1 and all(s in warnings[0] for s in says)
     assert "validation=" in warnings[0]
 
 

@@ -17,7 +17,7 @@ import pytest
 from marin_dagster import fs
 from marin_dagster.levanter import AdamConfig, llama_nano
 from marin_dagster.levanter.checkpoint import load_params
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import REPO, run_warnings, subprocess_env
 
 TINY = dataclasses.replace(
     llama_nano, seq_len=128, hidden_dim=32, intermediate_dim=64, num_layers=1
@@ -242,9 +242,9 @@ def test_an_accelerator_asked_for_and_not_there_is_warned_of(tmp_path, downloads
             resources=_resources(str(tmp_path / "data"), downloads),
         )
         warnings = [
-            e.user_message
-            for e in instance.all_logs(result.run_id)
-            if e.step_key == model.op.name and "asks for an accelerator" in e.user_message
+            w
+            for w in run_warnings(instance, result.run_id, model.op.name)
+            if "asks for an accelerator" in w
         ]
     assert len(warnings) == 1 and "resources='gpu:1'" in warnings[0]
     assert "jax[cuda12]" in warnings[0]

@@ -39,24 +39,26 @@ def test_factory_keeps_requests_a_launcher_decides():
         assert asset.op.tags[RESOURCES_TAG] == resources
 
 
+def _runs_with_one_warning(instance, iris_dir, tmp_path, job, step: str) -> str:
+    """Run `job`, whose step asks for more than this machine has: it runs, with a warning."""
+    result = dg.execute_job(
+        dg.reconstructable(job), instance=instance, run_config=execution_config(tmp_path)
+    )
+    assert result.success
+    assert len(read_records(iris_dir, f"{step}.ran")) == 1
+    warnings = [e for e in instance.all_logs(result.run_id) if e.level == logging.WARNING]
+    assert [e.step_key for e in warnings] == [step], [e.user_message for e in warnings]
+    return warnings[0].user_message
+
+
 def test_more_cores_than_the_machine_has_runs_with_a_warning_naming_step_request_and_cores(
     instance, iris_dir, tmp_path
 ):
     cores = available_cores()
     assert jobs.MANY_CORES > cores
-    result = dg.execute_job(
-        dg.reconstructable(jobs.many_cores_job),
-        instance=instance,
-        run_config=execution_config(tmp_path),
+    message = _runs_with_one_warning(
+        instance, iris_dir, tmp_path, jobs.many_cores_job, "many_cores"
     )
-    assert result.success
-    assert len(read_records(iris_dir, "many_cores.ran")) == 1
-
-    warnings = [e for e in instance.all_logs(result.run_id) if e.level == logging.WARNING]
-    assert len(warnings) == 1, [e.user_message for e in warnings]
-    (warning,) = warnings
-    assert warning.step_key == "many_cores"
-    message = warning.user_message
     assert 'Step "many_cores"' in message
     assert f"cpu:{jobs.MANY_CORES}" in message
     assert f"has {cores} CPU cores;" in message and socket.gethostname() in message
@@ -65,14 +67,6 @@ def test_more_cores_than_the_machine_has_runs_with_a_warning_naming_step_request
 def test_more_memory_than_the_machine_has_runs_with_a_warning(instance, iris_dir, tmp_path):
     memory = available_memory()
     assert memory is not None and memory < 2**46
-    result = dg.execute_job(
-        dg.reconstructable(jobs.much_ram_job),
-        instance=instance,
-        run_config=execution_config(tmp_path),
-    )
-    assert result.success
-    assert len(read_records(iris_dir, "much_ram.ran")) == 1
-    (warning,) = [e for e in instance.all_logs(result.run_id) if e.level == logging.WARNING]
-    assert warning.step_key == "much_ram"
-    assert "asks for cpu ram=64t, and this machine" in warning.user_message
-    assert f"has {memory / 2**30:.1f} GiB of memory;" in warning.user_message
+    message = _runs_with_one_warning(instance, iris_dir, tmp_path, jobs.much_ram_job, "much_ram")
+    assert 'Step "much_ram" asks for cpu ram=64t, and this machine' in message
+    assert f"has {memory / 2**30:.1f} GiB of memory;" in message
