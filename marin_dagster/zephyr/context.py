@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin_dagster import fs
-from marin_dagster.zephyr import shared
+from marin_dagster.zephyr import scratch, shared
 from marin_dagster.zephyr.backends import Backend, WorkerLost, make_backend
 from marin_dagster.zephyr.backends.base import pickle_file_modules_by_value
 from marin_dagster.zephyr.counters import Counters
@@ -179,13 +179,19 @@ class ZephyrContext:
         self.progress_bar = progress_bar
         self._backend_options = backend_options
         self._backend: Backend | None = None
-        self._scratch_root = tempfile.mkdtemp(prefix="zephyr-", dir=scratch_dir)
+        # Folders of contexts whose process was killed: nothing else would ever remove them.
+        removed = scratch.remove_abandoned(scratch_dir)
+        if removed:
+            logger.info("removed %d abandoned Zephyr scratch folder(s): %s", len(removed), removed)
+        self._scratch_root, self._scratch_lock = scratch.claim(scratch_dir)
         self._shared_objects: dict[str, Any] = {}
         self._shared: dict[str, Any] = {}  # name -> the current backend's handle
         # Every execute's counters added up: what an engine that runs several pipelines on
         # one context (dedup's rounds) did in all, for its caller's metadata.
         self.total_counters = Counters()
-        self._finalizer = weakref.finalize(self, ZephyrContext._cleanup, self._scratch_root, [None])
+        self._finalizer = weakref.finalize(
+            self, ZephyrContext._cleanup, self._scratch_root, self._scratch_lock, [None]
+        )
         if backend not in ("local", "ray", "inline"):
             raise ValueError(
                 f"unknown Zephyr backend {backend!r}; choose 'local', 'ray' or 'inline'"
@@ -194,11 +200,11 @@ class ZephyrContext:
     # --- lifecycle ------------------------------------------------------------------
 
     @staticmethod
-    def _cleanup(scratch: str, backend_box: list[Any]) -> None:
+    def _cleanup(root: str, lock: int, backend_box: list[Any]) -> None:
         if backend_box[0] is not None:
             with contextlib.suppress(Exception):
                 backend_box[0].shutdown()
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.release(root, lock)
 
     def _get_backend(self) -> Backend:
         if self._backend is None:
@@ -207,7 +213,11 @@ class ZephyrContext:
             )
             self._finalizer.detach()
             self._finalizer = weakref.finalize(
-                self, ZephyrContext._cleanup, self._scratch_root, [self._backend]
+                self,
+                ZephyrContext._cleanup,
+                self._scratch_root,
+                self._scratch_lock,
+                [self._backend],
             )
         return self._backend
 
@@ -224,7 +234,11 @@ class ZephyrContext:
             shared.forget(handle.key)
         self._discard_backend()
         self._shared_objects = {}
-        shutil.rmtree(self._scratch_root, ignore_errors=True)
+        # Released here, once: the finalizer would close the lock's descriptor a second time,
+        # by then perhaps another file's.
+        self._finalizer.detach()
+        scratch.release(self._scratch_root, self._scratch_lock)
+        self._scratch_lock = None
 
     def __enter__(self) -> ZephyrContext:
         return self
