@@ -19,6 +19,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -100,6 +101,15 @@ def basename(path: str) -> str:
 def is_temp_name(path: str) -> bool:
     """True for the leftovers of an interrupted atomic write."""
     return _TEMP_MARK in os.path.basename(path)
+
+
+_ATOMIC_TEMP = re.compile(r"(.+)\.tmp-[0-9a-f]{8}")
+
+
+def atomic_temp_target(name: str) -> str | None:
+    """The file name that `atomic_path`'s temporary file `name` was to become, else None."""
+    m = _ATOMIC_TEMP.fullmatch(name)
+    return m.group(1) if m else None
 
 
 def exists(path: str) -> bool:

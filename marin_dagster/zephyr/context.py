@@ -443,6 +443,8 @@ class ZephyrContext:
         tasks: dict[int, Task] = {}
         pending: collections.deque[int] = collections.deque()
         write = stage.sink if isinstance(stage.sink, WriteSink) else None
+        if write is not None:
+            _remove_abandoned_temps(write.paths)
         for i, inp in enumerate(inputs):
             if (
                 write is not None
@@ -611,6 +613,32 @@ def _held_before(counts: dict[int, int], shard: int) -> int:
     """Records the finished shards before `shard` hold (a lower bound: the unfinished hold
     zero or more)."""
     return sum(c for i, c in counts.items() if i < shard)
+
+
+def _remove_abandoned_temps(paths: list[str]) -> None:
+    """Remove the temporary files a killed run's writers left beside these targets.
+
+    A driver killed mid-write (kill -9; Iris kills the step's whole process group) leaves
+    `<target>.tmp-<hex>` files, a shard's worth each, that no manifest or reader counts and
+    nothing else removes; its rerun, writing the same targets, clears them first. Only exact
+    temporary names of this stage's targets, listed once per folder: a folder holds
+    thousands of shards, and other files in it are not this stage's to judge.
+    """
+    by_folder: dict[str, set[str]] = collections.defaultdict(set)
+    for path in paths:
+        local = fs.local_path(path)
+        if local is not None:  # object stores never show a partial upload
+            folder, name = os.path.split(local)
+            by_folder[folder].add(name)
+    for folder, names in by_folder.items():
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            if fs.atomic_temp_target(entry) in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(folder, entry))
 
 
 def _remove_temp_leftovers(path: str) -> None:

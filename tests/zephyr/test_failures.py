@@ -188,3 +188,29 @@ def test_killed_ray_worker_gives_exactly_once_output(ray_ctx: ZephyrContext, tmp
         (s, i) for s in range(3) for i in range(30)
     ]
     assert sorted(os.listdir(tmp_path / "out")) == [f"part-{s:05d}.jsonl" for s in range(3)]
+
+
+def test_rerun_removes_temp_files_a_killed_run_left(local_ctx: ZephyrContext, tmp_path) -> None:
+    # What a driver killed mid-write leaves (kill -9 of the run: Iris kills the step's
+    # process group, workers included): a shard's temporary file beside its target.
+    out = tmp_path / "out"
+    out.mkdir()
+    left = out / "part-00001-of-00002.jsonl.tmp-0a1b2c3d"
+    left.write_bytes(b'{"half": "a shard"')
+    # Not this stage's to judge: another target's temporary name, a resumable download.
+    other = out / "notes.jsonl.tmp-0a1b2c3d"
+    partial = out / "part-00001-of-00002.jsonl.tmp-partial"
+    other.write_bytes(b"x")
+    partial.write_bytes(b"x")
+    ds = (
+        Dataset.from_list([{"i": i} for i in range(4)])
+        .reshard(2)
+        .write_jsonl(str(out / "part-{shard:05d}-of-{total:05d}.jsonl"), skip_existing=True)
+    )
+    local_ctx.execute(ds)
+    assert not left.exists(), "the killed run's temporary file is removed by the rerun"
+    assert other.exists() and partial.exists()
+    assert sorted(p.name for p in out.iterdir() if ".tmp-" not in p.name) == [
+        "part-00000-of-00002.jsonl",
+        "part-00001-of-00002.jsonl",
+    ]
