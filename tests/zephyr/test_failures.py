@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -214,3 +217,55 @@ def test_rerun_removes_temp_files_a_killed_run_left(local_ctx: ZephyrContext, tm
         "part-00000-of-00002.jsonl",
         "part-00001-of-00002.jsonl",
     ]
+
+
+# A driver whose only task reports its worker's pid and then runs for minutes.
+_LONG_TASK_DRIVER = """
+import os, sys, time
+from marin_dagster.zephyr import Dataset, ZephyrContext
+
+PID_FILE = sys.argv[1]  # captured by value: in the worker, sys.argv is the worker's
+
+def slow(r):
+    with open(PID_FILE + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(PID_FILE + ".tmp", PID_FILE)
+    time.sleep(120)
+    return r
+
+with ZephyrContext(max_workers=1, backend="local") as ctx:
+    ctx.execute(Dataset.from_list([1]).map(slow))
+"""
+
+
+def test_workers_die_with_a_killed_driver(tmp_path) -> None:
+    pid_file = tmp_path / "worker.pid"
+    driver = subprocess.Popen([sys.executable, "-c", _LONG_TASK_DRIVER, str(pid_file)])
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():
+            assert time.monotonic() < deadline and driver.poll() is None, "the task never ran"
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        os.kill(driver.pid, signal.SIGKILL)  # kill -9: the driver cleans up nothing
+        driver.wait()
+        deadline = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(worker), "the worker left its task when its driver died"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        if worker is not None and _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    # A zombie (the test's own child it would be; here it is init's) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -5,7 +5,8 @@ threads or locks; the driver's __main__ is not re-imported) that runs one
 task at a time, so a shared object is loaded once per worker. The driver
 holds one end of a socket pair per worker: a worker that dies (SIGKILL, the
 OOM killer) closes its end, the driver sees EOF at once, replaces the worker
-and reports that one task lost, to be rerun.
+and reports that one task lost, to be rerun. A driver that dies (kill -9 included)
+takes its workers with it: each watches its parent and exits, mid-task too.
 
 Resources: a task that asks for CPUs runs pinned to that many cores (the
 driver hands out cores so concurrent tasks do not share them); a task that asks
@@ -128,7 +129,13 @@ class LocalBackend:
     def _start_worker(self) -> _Worker:
         parent, child = socket.socketpair()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "marin_dagster.zephyr.backends.worker", str(child.fileno())],
+            [
+                sys.executable,
+                "-m",
+                "marin_dagster.zephyr.backends.worker",
+                str(child.fileno()),
+                str(os.getpid()),
+            ],
             pass_fds=(child.fileno(),),
             env=_worker_env(self.capacity),
             stdin=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""The local worker process: `python -m marin_dagster.zephyr.backends.worker FD`.
+"""The local worker process: `python -m marin_dagster.zephyr.backends.worker FD DRIVER_PID`.
 
 A fresh interpreter (like multiprocessing's spawn, but without re-importing
 the driver's __main__, so a pipeline run from an unguarded script cannot
@@ -14,6 +14,8 @@ import os
 import signal
 import socket
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 from marin_dagster.zephyr.backends.base import load_task, run_loaded_task
@@ -66,9 +68,31 @@ def serve(conn: multiprocessing.connection.Connection) -> None:
             return
 
 
+DRIVER_POLL_S = 0.5
+
+
+def _die_with_driver(driver: int) -> None:
+    """Exit as soon as the driver process is gone.
+
+    A driver killed outright (kill -9, the OOM killer) closes its end of the socket, but a
+    worker reads it only between tasks: until then it went on with a task nobody would
+    collect, holding its core and memory, minutes for a large shard. Once the driver is
+    gone the worker is some other process's child (init's, a subreaper's).
+    """
+
+    def watch() -> None:
+        while os.getppid() == driver:
+            time.sleep(DRIVER_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="zephyr-driver-watch", daemon=True).start()
+
+
 def main() -> None:
     # Ctrl-C goes to the driver, which stops the workers itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if len(sys.argv) > 2:
+        _die_with_driver(int(sys.argv[2]))
     sock = socket.socket(fileno=int(sys.argv[1]))
     conn = multiprocessing.connection.Connection(sock.detach())
     serve(conn)
