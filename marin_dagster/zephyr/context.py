@@ -208,9 +208,10 @@ class ZephyrContext:
 
     def _get_backend(self) -> Backend:
         if self._backend is None:
-            self._backend = make_backend(
-                self.backend_name, self.max_workers, **self._backend_options
-            )
+            options = dict(self._backend_options)
+            if self.backend_name == "local":
+                options.setdefault("tmpdir", os.path.join(self._scratch_root, "tmp"))
+            self._backend = make_backend(self.backend_name, self.max_workers, **options)
             self._finalizer.detach()
             self._finalizer = weakref.finalize(
                 self,

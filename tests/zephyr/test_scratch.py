@@ -6,9 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 
-from marin_dagster.zephyr import ZephyrContext
+from marin_dagster.zephyr import Dataset, ZephyrContext
 
 # A driver that makes its scratch folder, fills it (a shuffle's spill), reports it and
 # waits to be killed: kill -9 runs no cleanup, as when Iris stops a step whose run died.
@@ -68,3 +69,19 @@ def test_folder_without_owner_file_is_left_alone(tmp_path) -> None:
     with ZephyrContext(max_workers=1, scratch_dir=str(tmp_path)):
         pass
     assert other.is_dir()
+
+
+def _task_temp_file(_: int) -> str:
+    # What a gs:// write does in a worker: spool the file locally, upload it at the end.
+    fd, path = tempfile.mkstemp(suffix=".tmp")
+    os.close(fd)
+    return path
+
+
+def test_worker_temp_files_live_in_the_scratch_folder(tmp_path) -> None:
+    # A worker killed with its driver leaves its temporary files (kill -9 runs no finally):
+    # inside the scratch folder, the next context removes them with it.
+    with ZephyrContext(max_workers=1, scratch_dir=str(tmp_path)) as ctx:
+        [path] = ctx.execute(Dataset.from_list([0]).map(_task_temp_file)).results
+        assert path.startswith(ctx._scratch_root + os.sep)
+    assert not os.path.exists(path)

@@ -45,8 +45,13 @@ MEMORY_POLL_S = 0.02
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _worker_env(workers: int) -> dict[str, str]:
+def _worker_env(workers: int, tmpdir: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    if tmpdir is not None:
+        # The task's temporary files (a gs:// write's local spool, a token shard's) in the
+        # context's scratch folder: a worker killed with its driver cannot remove them, and
+        # the scratch folder is removed even then (zephyr/scratch.py).
+        env["TMPDIR"] = tmpdir
     # The driver's import path, so modules that functions were pickled by reference
     # from (experiment files, tests) import in the worker too.
     paths = [p if p else os.getcwd() for p in sys.path]
@@ -113,8 +118,11 @@ class _MemoryWatch:
 
 
 class LocalBackend:
-    def __init__(self, max_workers: int):
+    def __init__(self, max_workers: int, tmpdir: str | None = None):
         self.capacity = max(1, max_workers)
+        self.tmpdir = tmpdir
+        if tmpdir is not None:
+            os.makedirs(tmpdir, exist_ok=True)
         self._workers: list[_Worker] = []
         self.workers_started = 0
         self.tasks_sent = 0
@@ -137,7 +145,7 @@ class LocalBackend:
                 str(os.getpid()),
             ],
             pass_fds=(child.fileno(),),
-            env=_worker_env(self.capacity),
+            env=_worker_env(self.capacity, self.tmpdir),
             stdin=subprocess.DEVNULL,
         )
         child.close()
