@@ -67,3 +67,39 @@ def test_a_cache_that_cannot_be_written_only_costs_time(tmp_path, monkeypatch):
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"text": "x"}\n')
     assert file_sha256(str(path)) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_entries_of_files_that_are_gone_are_pruned_once_a_day(tmp_path, monkeypatch):
+    # One entry per path ever hashed: files dropped in a watched inbox and deleted later
+    # would each leave theirs for good.
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path / "cache"))
+    files = {}
+    for name in ("a", "b", "c", "d"):
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text(f'{{"text": "{name}"}}\n')
+
+    def entries() -> list[str]:
+        root = tmp_path / "cache" / "digests"
+        return sorted(
+            json.loads(p.read_text())["path"] for p in root.glob("*/*.json") if p.is_file()
+        )
+
+    file_sha256(str(files["a"]))
+    file_sha256(str(files["b"]))
+    files["a"].unlink()
+    killed = tmp_path / "cache" / "digests" / "00" / "abc.json.123.tmp"  # a killed writer's
+    killed.parent.mkdir(parents=True, exist_ok=True)
+    killed.write_text("{")
+    os.utime(killed, (1_000_000, 1_000_000))
+    marker = tmp_path / "cache" / "digests" / ".pruned"
+    if marker.exists():
+        os.utime(marker, (1_000_000, 1_000_000))  # the last prune was a day ago
+    file_sha256(str(files["c"]))
+    assert entries() == [str(files["b"]), str(files["c"])]
+    assert not killed.exists()
+    # pruned at most once a day: b's entry stays until the next
+    files["b"].unlink()
+    file_sha256(str(files["d"]))
+    assert entries() == [str(files["b"]), str(files["c"]), str(files["d"])]
+    assert digests.prune(every_s=0) == 1
+    assert entries() == [str(files["c"]), str(files["d"])]
