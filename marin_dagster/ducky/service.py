@@ -1,6 +1,7 @@
 """A small read-only HTTP SQL service over the dataset views.
 
-    POST /query   body: the SQL (text/plain) or {"sql": "...", "limit": N} (JSON)
+    POST /query   body: the SQL (text/plain) or {"sql": "...", "limit": N} (JSON: a body opening
+                  with "{", whatever its Content-Type)
                   200 {"columns", "types", "rows", "row_count", "truncated", "cached", "elapsed_ms",
                   "notes"}; a note for each view read that shows an older config's output
                   400 the SQL does not parse (with a hint where a view name holding "/" is not
@@ -474,7 +475,10 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
                 return
             body = self.rfile.read(length).decode("utf-8", errors="replace")
             limit = None
-            if "json" in (self.headers.get("Content-Type") or ""):
+            # A body opening with "{" is the JSON request whatever its Content-Type: `curl -d`
+            # sends JSON as a form, and no SQL statement starts with "{".
+            is_json = "json" in (self.headers.get("Content-Type") or "")
+            if is_json or body.lstrip().startswith("{"):
                 try:
                     sql, limit = parse_json_request(body)
                 except QueryFailed as e:

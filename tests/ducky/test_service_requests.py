@@ -3,6 +3,7 @@ HTTP body that is not {"sql": ..., "limit": ...}."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -90,3 +91,21 @@ def test_a_body_of_the_wrong_shape_is_a_400_saying_what_to_send(url, body, why):
 def test_a_good_body_still_runs(url):
     code, body, _ = query(url, 'SELECT count(*) AS n FROM "raw/notes"', limit=1)
     assert code == 200 and body["rows"] == [[40]]
+
+
+@pytest.mark.parametrize("ctype", ["application/x-www-form-urlencoded", "text/plain", ""])
+def test_a_json_body_is_read_as_json_whatever_its_content_type(url, ctype):
+    # `curl -d '{"sql": ...}'`, the README's request, sends a form content type; the body was
+    # then run as SQL and failed with DuckDB's parser error on the "{".
+    code, raw = request(
+        url, b' {"sql": "SELECT count(*) AS n FROM \\"raw/notes\\"", "limit": 1}', ctype
+    )
+    assert code == 200, raw
+    assert json.loads(raw)["rows"] == [[40]]
+    code, raw = request(url, b'{"query": "SELECT 1"}', ctype)
+    assert code == 400 and 'unknown key(s) \\"query\\"' in raw.decode(), raw
+
+
+def test_a_plain_sql_body_still_runs_as_sql(url):
+    code, raw = request(url, b'SELECT count(*) AS n FROM "raw/notes"', "text/plain")
+    assert code == 200 and json.loads(raw)["rows"] == [[40]], raw
