@@ -374,6 +374,23 @@ DATATROVE_SCRIPT = textwrap.dedent("""
 """)
 
 
+DATATROVE_INSTALL = 'pip install datatrove orjson tokenizers spacy "xxhash<4"'
+
+
+def datatrove_python_problem(python: str) -> str | None:
+    """Why `python` cannot run the datatrove peer, or None. Asked before anything is measured:
+    the peer runs last, and a bad path would otherwise fail only after every dupekit round."""
+    if not os.path.isfile(python) or not os.access(python, os.X_OK):
+        return (
+            f"no such file (or not executable); make a datatrove environment: {DATATROVE_INSTALL}"
+        )
+    proc = subprocess.run([python, "-c", "import datatrove"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        error = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return f"cannot import datatrove ({error}); in that environment: {DATATROVE_INSTALL}"
+    return None
+
+
 def run_datatrove(python: str, inp: str, work: str, tasks: int) -> tuple[float, dict, set]:
     script = os.path.join(work, "dt.py")
     os.makedirs(work, exist_ok=True)
@@ -415,6 +432,8 @@ def main() -> None:
     ap.add_argument("--datatrove-python", default=None)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "dupekit-bench-cache"))
     args = ap.parse_args()
+    if args.datatrove_python and (problem := datatrove_python_problem(args.datatrove_python)):
+        ap.error(f"--datatrove-python {args.datatrove_python}: {problem}")
 
     if args.corpus == "replicas":
         docs = build_corpus(args.docs, args.cache)
