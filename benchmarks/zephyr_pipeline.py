@@ -652,6 +652,18 @@ def main() -> None:
             "/tmp/bench-venv && /tmp/bench-venv/bin/pip install datatrove orjson regex pyarrow); skipping it"
         )
         skip.add("datatrove")
+    if "datatrove" not in skip:
+        # Asked before anything runs: the first datatrove contender would otherwise fail
+        # mid-round, with a traceback, after the Zephyr runs before it.
+        check = subprocess.run(
+            [args.datatrove_python, "-c", "import datatrove"], capture_output=True, text=True
+        )
+        if check.returncode != 0:
+            error = (check.stderr.strip().splitlines() or ["?"])[-1]
+            ap.error(
+                f"--datatrove-python {args.datatrove_python}: cannot import datatrove ({error}); "
+                "in that environment: pip install datatrove orjson regex pyarrow"
+            )
     floor = ParallelFloor((1, 2)) if "floor" not in skip else None
     work = args.work
     files_of = {w: corpus(work, w, args.mb, args.shakespeare_cache) for w in workloads}
