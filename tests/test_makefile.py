@@ -60,3 +60,30 @@ def test_make_validate_loads_the_code_location_without_dagster_cli_warnings(tmp_
     assert proc.returncode == 0, out
     assert "Validation successful" in out
     assert "superseded" not in out and "Warning" not in out, out
+
+
+def test_make_bench_runs_only_scripts_meant_to_be_run(tmp_path):
+    """`make bench` runs each benchmark script; a module that is only imported (the training
+    benchmark's peer) or a device check sized for a GPU is not one, and the first of them
+    (baseline_llama.py, which fails when run as a script) stopped the target at once."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "ran.txt"
+    stub = bin_dir / "python"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    stub.chmod(0o755)
+    proc = subprocess.run(
+        [MAKE, "-s", "bench", f"BIN={bin_dir}"],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = [line.split()[0] for line in log.read_text().splitlines() if "benchmarks/" in line]
+    assert ran, log.read_text()
+    assert "benchmarks/baseline_llama.py" not in ran and "benchmarks/gpu_train_check.py" not in ran
+    for script in ran:
+        with open(os.path.join(REPO, script)) as f:
+            assert 'if __name__ == "__main__":' in f.read(), script
