@@ -12,16 +12,20 @@ from tests.conftest import REPO
 MAKE = shutil.which("make")
 
 
-def _browser(tmp_path, chromium: str, path: str) -> subprocess.CompletedProcess:
+def _make(*args: str, env: dict[str, str] | None = None, timeout: int = 60):
     return subprocess.run(
-        [MAKE, "-s", "browser", f"CHROMIUM={chromium}"],
+        [MAKE, "-s", *args],
         cwd=REPO,
         text=True,
         capture_output=True,
-        timeout=60,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
-        env={"PATH": path, "HOME": str(tmp_path)},
+        env=env,
     )
+
+
+def _browser(tmp_path, chromium: str, path: str) -> subprocess.CompletedProcess:
+    return _make("browser", f"CHROMIUM={chromium}", env={"PATH": path, "HOME": str(tmp_path)})
 
 
 def test_a_browser_already_there_is_used_as_it_is(tmp_path):
@@ -47,15 +51,7 @@ def test_make_validate_loads_the_code_location_without_dagster_cli_warnings(tmp_
     # refuses a DAGSTER_HOME that is missing, so the target makes it as `make demo` does.
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    proc = subprocess.run(
-        [MAKE, "-s", "validate", f"DAGSTER_HOME={home}"],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        env=env,
-    )
+    proc = _make("validate", f"DAGSTER_HOME={home}", env=env, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "Validation successful" in out
@@ -72,14 +68,7 @@ def test_make_bench_runs_only_scripts_meant_to_be_run(tmp_path):
     stub = bin_dir / "python"
     stub.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     stub.chmod(0o755)
-    proc = subprocess.run(
-        [MAKE, "-s", "bench", f"BIN={bin_dir}"],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = _make("bench", f"BIN={bin_dir}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = [line.split()[0] for line in log.read_text().splitlines() if "benchmarks/" in line]
     assert ran, log.read_text()
