@@ -80,6 +80,17 @@ def mean_eval_loss(results: Mapping[str, EvalResult]) -> float | None:
     return None if not n else sum(r.loss * r.num_tokens for r in results.values()) / n
 
 
+def trained_seq_len(checkpoint_path: str) -> int | None:
+    """The sequence length the model was trained at, from its run's config.json: a train
+    output's own, or a step directory's run's. None when there is none (an import-hf output)."""
+    path = fs.normalize(checkpoint_path).rstrip("/")
+    run_dir = path if fs.exists(fs.join(path, "params.npz")) else path.rsplit("/", 2)[0]
+    run_config = fs.read_json_or_none(fs.join(run_dir, "config.json"))
+    if run_config is None or "train" not in run_config:
+        return None
+    return run_config["train"].get("seq_len") or run_config["model"]["seq_len"]
+
+
 def load_model(checkpoint_path: str) -> tuple[LlamaConfig, Params]:
     path = fs.normalize(checkpoint_path)
     if fs.exists(fs.join(path, "params.npz")):
@@ -139,6 +150,8 @@ def evaluate(
 ) -> dict[str, EvalResult]:
     """Eval loss, perplexity and bits per byte on each dataset ({name: cache path} or paths).
 
+    `seq_len` defaults to the length the model was trained at (`trained_seq_len`), else the
+    model's maximum: the training's own eval figures are at that length.
     Bits per byte needs the source bytes per token: taken from the cache's stats,
     or `bytes_per_token[name]`; it is None when neither is known.
     """
@@ -147,7 +160,9 @@ def evaluate(
     if not datasets:
         raise TrainInputError("datasets: no evaluation dataset given")
     config, params = load_model(checkpoint_path)
-    seq_len = seq_len or config.seq_len
+    # Not the model's maximum when the run trained shorter (train_lm's seq_len): positions past
+    # the trained length give another loss than the training's eval of the same checkpoint.
+    seq_len = seq_len or trained_seq_len(checkpoint_path) or config.seq_len
     if seq_len > config.seq_len:
         raise TrainInputError(
             f"seq_len={seq_len} is above the model's maximum (model.seq_len={config.seq_len})"

@@ -6,6 +6,7 @@ Every run here shares one model/optimizer/step count, so the train step compiles
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -178,15 +179,19 @@ def test_evaluate_matches_training_eval(
     run: tuple[TrainResult, list[str]], caches: dict[str, str]
 ) -> None:
     result, _ = run
-    for path in (result.output_path, result.checkpoint_path):
+    # seq_len unset: the run trained at 16, below MODEL.seq_len (32), and the eval is at 16 too.
+    for path, seq_len in itertools.product(
+        (result.output_path, result.checkpoint_path), (16, None)
+    ):
         got = evaluate(
-            path, {"pattern": caches["pattern"]}, seq_len=16, batch_size=4, max_batches=4
+            path, {"pattern": caches["pattern"]}, seq_len=seq_len, batch_size=4, max_batches=4
         )
+        assert got["pattern"].num_tokens == result.eval["pattern"].num_tokens
         assert got["pattern"].loss == pytest.approx(result.eval["pattern"].loss, rel=1e-6)
         assert got["pattern"].bits_per_byte == pytest.approx(
             result.eval["pattern"].bits_per_byte, rel=1e-6
         )
-    everything = evaluate(result.output_path, [caches["pattern"]], seq_len=16)
+    everything = evaluate(result.output_path, [caches["pattern"]])
     assert everything["pattern"].num_tokens == (1200 // 16) * 15
 
 
