@@ -26,6 +26,7 @@ from marin_dagster.tokenize.tokenizer import (
     TOKENIZER_FILE,
     find_eos_id,
     load_tokenizer,
+    token_byte_lengths,
     vocab_size,
 )
 
@@ -114,6 +115,7 @@ def _run_train(
         on_metrics=levanter.metrics_logger(step.log),
         decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
         log=step.log,
+        token_bytes=token_byte_lengths(tok),
     )
     meta: dict[str, Any] = {
         "final_train_loss": round(result.final_train_loss, 4),
@@ -203,6 +205,11 @@ def _run_evaluate(
     config: EvaluateStepConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
     datasets = {name: path for name, path in inputs.items() if name != "checkpoint"}
+    # The copy of its tokenizer the train output keeps: bits per byte over the bytes scored.
+    tokenizer_file = fs.join(inputs["checkpoint"], TOKENIZER_FILE)
+    token_bytes = (
+        token_byte_lengths(load_tokenizer(tokenizer_file)) if fs.exists(tokenizer_file) else None
+    )
     results = evaluate_checkpoint(
         inputs["checkpoint"],
         datasets,
@@ -210,6 +217,7 @@ def _run_evaluate(
         batch_size=config.batch_size,
         max_batches=config.max_batches,
         compute_dtype=step.resources.levanter.compute_dtype,
+        token_bytes=token_bytes,
     )
     as_dict = evaluate_to_dict(results)
     fs.write_json(fs.join(output_path, "eval.json"), as_dict)

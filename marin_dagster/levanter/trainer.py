@@ -263,6 +263,8 @@ class _Run:
     # This process's rows [start, stop) of each batch (all of them in a single process).
     rows: tuple[int, int]
     leader: bool = True
+    # Source bytes per token id, for exact bits per byte (evaluate.run_eval); None: averages.
+    token_bytes: np.ndarray | None = None
 
     @property
     def tokens_per_step(self) -> int:
@@ -287,6 +289,7 @@ class _Run:
             self.config.max_eval_batches,
             self.compiled["tokens_sharding"],
             self.model.vocab_size,
+            self.token_bytes,
         )
 
 
@@ -376,13 +379,15 @@ def train(
     decode: Callable[[list[int]], str] | None = None,
     sample_prompt: list[int] | None = None,
     log: logging.Logger | Any = None,
+    token_bytes: np.ndarray | None = None,
 ) -> TrainResult:
     """Train (or resume training) the model of `config`; outputs under `output_path`.
 
     `on_metrics` receives each logged row (every `settings.log_every` steps, and
     eval rows). `decode` turns token ids into text for the sample generated at the
     end (from `sample_prompt`, default the EOS token). `log` (default this module's
-    logger) hears what the run does besides metrics, such as resuming.
+    logger) hears what the run does besides metrics, such as resuming. `token_bytes` (source
+    bytes per token id) makes the evals' bits per byte count the bytes of the tokens scored.
     """
     log = log or logger
     settings = settings or TrainerSettings()
@@ -399,7 +404,7 @@ def train(
             )
         else:  # process 0 alone logs and reports
             on_metrics = None
-    run = _set_up(config, settings, output_path)
+    run = dataclasses.replace(_set_up(config, settings, output_path), token_bytes=token_bytes)
     sequences = sum(c.num_sequences for c in run.data.components)
     if run.leader and config.batch_size > sequences:
         log.warning(

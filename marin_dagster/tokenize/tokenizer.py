@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from marin_dagster import fs
@@ -320,6 +321,25 @@ def vocab_size(tok: Tokenizer) -> int:
     """Ids run 0..vocab_size-1, added tokens included."""
     vocab = tok.get_vocab(with_added_tokens=True)
     return max(max(vocab.values(), default=-1) + 1, tok.get_vocab_size(with_added_tokens=True))
+
+
+def token_byte_lengths(tok: Tokenizer) -> np.ndarray | None:
+    """The source UTF-8 bytes each token id stands for (0 for special tokens), indexed by id,
+    so bits per byte can count the bytes of exactly the tokens evaluated.
+
+    Byte-level tokenizers only (a ByteLevel decoder: this project's BPE, GPT-2, Llama 3,
+    Qwen): each character of their pieces is one byte. None for others (SentencePiece,
+    WordPiece), whose pieces do not map to source bytes one to one.
+    """
+    if not isinstance(tok.decoder, decoders.ByteLevel):
+        return None
+    lengths = np.zeros(vocab_size(tok), dtype=np.int64)
+    for piece, tid in tok.get_vocab(with_added_tokens=False).items():
+        lengths[tid] = len(piece)
+    for tid, added in tok.get_added_tokens_decoder().items():
+        # Added tokens are matched in the raw text, not byte-level encoded.
+        lengths[tid] = 0 if added.special else len(added.content.encode("utf-8"))
+    return lengths
 
 
 def bytes_per_token(tok: Tokenizer, texts: Sequence[str]) -> float:

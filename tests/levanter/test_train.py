@@ -30,6 +30,7 @@ from marin_dagster.levanter import (
 )
 from marin_dagster.levanter import train as train_fn
 from marin_dagster.levanter.checkpoint import load_params
+from marin_dagster.tokenize import TokenCache
 from resources.levanter import LevanterResource
 from tests.levanter.caches import write_cache
 
@@ -193,6 +194,36 @@ def test_evaluate_matches_training_eval(
         )
     everything = evaluate(result.output_path, [caches["pattern"]])
     assert everything["pattern"].num_tokens == (1200 // 16) * 15
+
+
+def test_bits_per_byte_counts_the_bytes_of_the_tokens_scored(
+    run: tuple[TrainResult, list[str]], caches: dict[str, str], tmp_path
+) -> None:
+    result, _ = run
+    # Bytes per token id that vary (EOS none), so the first sequences' bytes per token differ
+    # from the split's average, which bits per byte used to take whatever was scored.
+    token_bytes = np.arange(VOCAB) % 5
+    cache = TokenCache.open(caches["pattern"], "validation")
+    scored = cache.sequences(np.arange(4 * 4), 16)[:, 1:]  # max_batches=4 of 4 rows
+    got = evaluate(
+        result.output_path,
+        {"pattern": caches["pattern"]},
+        batch_size=4,
+        max_batches=4,
+        token_bytes=token_bytes,
+    )["pattern"]
+    assert got.num_tokens == scored.size
+    expected = got.loss * got.num_tokens / math.log(2) / token_bytes[scored].sum()
+    assert got.bits_per_byte == pytest.approx(expected, rel=1e-9)
+    # Training's own evals count the same bytes.
+    again = train_fn(
+        _config(caches),
+        str(tmp_path / "out"),
+        settings=TrainerSettings(log_every=10, checkpoint_every_minutes=None, sample_tokens=0),
+        token_bytes=token_bytes,
+    )
+    assert again.eval["pattern"].loss == pytest.approx(got.loss, rel=1e-6)
+    assert again.eval["pattern"].bits_per_byte == pytest.approx(got.bits_per_byte, rel=1e-6)
 
 
 def test_rerun_of_a_finished_run_trains_nothing(

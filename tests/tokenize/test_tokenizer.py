@@ -26,6 +26,7 @@ from marin_dagster.tokenize.tokenizer import (
     find_eos_id,
     load_tokenizer,
     read_tokenizer_config,
+    token_byte_lengths,
     train_bpe,
     train_tokenizer,
 )
@@ -55,6 +56,15 @@ def test_byte_level_bpe_round_trips_real_text(bpe_dir, shakespeare_docs):
     # Bytes it never saw still encode (byte fallback) and decode back.
     odd = "naïve — 東京 🙂"
     assert tok.decode(tok.encode(odd).ids) == odd
+
+
+def test_token_byte_lengths_add_up_to_the_text(bpe_dir, shakespeare_docs):
+    tok = load_tokenizer(bpe_dir)
+    lengths = token_byte_lengths(tok)
+    assert lengths[find_eos_id(tok)] == 0
+    for text in [d["text"] for d in shakespeare_docs[-3:]] + ["naïve — 東京 🙂"]:
+        ids = tok.encode(text, add_special_tokens=False).ids + [find_eos_id(tok)]
+        assert int(lengths[ids].sum()) == len(text.encode("utf-8"))
 
 
 def test_metadata_helpers(bpe_dir, shakespeare_docs):
