@@ -199,6 +199,10 @@ class EvaluateStepConfig(StepConfig):
     split: str = "validation"
     batch_size: int = pydantic.Field(8, ge=1)
     max_batches: int | None = pydantic.Field(16, ge=1)
+    seq_len: int | None = pydantic.Field(None, ge=2)
+    """Tokens per scored sequence; `evaluate` sets the length the checkpoint was trained at.
+    In the version: evaluations that scored at the model's maximum, with bits per byte over
+    the split's average bytes per token, are not reused as these."""
 
 
 def _run_evaluate(
@@ -216,6 +220,7 @@ def _run_evaluate(
         split=config.split,
         batch_size=config.batch_size,
         max_batches=config.max_batches,
+        seq_len=config.seq_len,
         compute_dtype=step.resources.levanter.compute_dtype,
         token_bytes=token_bytes,
     )
@@ -259,8 +264,14 @@ def evaluate(
             )
     upstream = {step_for(a).name: a for a in datasets}
     upstream["checkpoint"] = checkpoint
+    trained_at = trained.config.seq_len or trained.config.model.seq_len
     with defining("evaluate", name):
-        cfg = EvaluateStepConfig(**config)
+        cfg = EvaluateStepConfig(**{"seq_len": trained_at, **config})
+    if cfg.seq_len > trained.config.model.seq_len:
+        raise ValueError(
+            f"evaluate({name!r}): seq_len={cfg.seq_len} is above the model's maximum "
+            f"({trained.name}: model.seq_len={trained.config.model.seq_len})"
+        )
     return versioned_asset(
         name=name,
         kind="evaluate",

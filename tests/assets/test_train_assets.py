@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from marin_dagster import fs
+from marin_dagster.execution.asset import step_for
 from marin_dagster.levanter import AdamConfig, llama_nano
 from marin_dagster.levanter.checkpoint import load_params
 from tests.conftest import REPO, run_warnings, subprocess_env
@@ -94,6 +95,27 @@ def test_train_lm_and_evaluate_assets(tmp_path, downloads):
         ev_meta = _meta(result, ev)
         assert ev_meta["tokenized/shakespeare/loss"] > 0
         assert ev_meta["tokenized/shakespeare/bits_per_byte"] > 0
+
+
+def test_evaluate_scores_at_the_length_the_checkpoint_was_trained_at():
+    """Not the model's maximum: the training's own eval figures are at the trained length,
+    and the length is in the evaluate step's version."""
+    from assets.train import evaluate, train_lm
+
+    ds = build()[2]
+    short = train_lm(
+        "checkpoints/short",
+        model=TINY,
+        datasets={ds: 1.0},
+        batch_size=4,
+        seq_len=64,
+        num_train_steps=1,
+    )
+    assert step_for(evaluate("eval/short", checkpoint=short, datasets=[ds])).config.seq_len == 64
+    shorter = evaluate("eval/short", checkpoint=short, datasets=[ds], seq_len=32)
+    assert step_for(shorter).config.seq_len == 32
+    with pytest.raises(ValueError, match=r"seq_len=256 is above the model's maximum \("):
+        evaluate("eval/long", checkpoint=short, datasets=[ds], seq_len=256)
 
 
 def test_train_lm_rejects_bad_mixtures(tmp_path):
