@@ -52,7 +52,8 @@ class DatasetConfig(StepConfig):
     """The source as given (path, URL or hub id)."""
     kind: str
     location: str
-    """The resolved location: absolute path, URL or hub repo id."""
+    """The resolved location: URL or hub repo id; for a local source, the path as given
+    (`path` holds it resolved)."""
     revision: str | None = None
     subset: str | None = None
     split: str | None = None
@@ -65,12 +66,17 @@ class DatasetConfig(StepConfig):
     resolved_revision: str | None = unversioned(None)
     """The hub commit the files were listed at. The content digest is in the version instead:
     a commit that leaves the selected files as they were does not re-download them."""
+    path: str | None = unversioned(None)
+    """A local source's absolute path, resolved at load time against this machine's working
+    folder and home: the same relative or `~` source in another clone, working folder or
+    account names the same files (`content` says whether they are), so it is not in the
+    version."""
 
 
 def _spec(config: DatasetConfig) -> Any:
     # A local path as resolved at load time: the run may start in another working folder.
     return parse_source(
-        config.location if config.kind == "local" else config.source,
+        config.path if config.kind == "local" and config.path else config.source,
         revision=config.revision,
         subset=config.subset,
         split=config.split,
@@ -219,7 +225,8 @@ def dataset(
     cfg = DatasetConfig(
         source=source,
         kind=spec.kind,
-        location=spec.location,
+        location=source if spec.kind == "local" else spec.location,
+        path=spec.location if spec.kind == "local" else None,
         revision=spec.revision,
         subset=subset,
         split=split,

@@ -105,6 +105,36 @@ def test_local_dataset_feeds_dedup_and_a_changed_file_changes_both_versions(tmp_
         assert read_status(output).status == StepStatus.SUCCESS  # the old version stays
 
 
+def test_a_relative_or_home_source_has_one_version_wherever_it_is_resolved(tmp_path, monkeypatch):
+    """The same files under the same relative (or `~`) source, resolved in another clone,
+    working folder or account, are the same dataset: the version holds the source as given
+    and the files' content, not the absolute path this machine resolved it to. The run reads
+    the path resolved at load time, wherever it starts."""
+    versions, outputs = [], []
+    for where in ("clone-a", "clone-b"):
+        (tmp_path / where / "corpus").mkdir(parents=True)
+        (tmp_path / where / "corpus" / "a.jsonl").write_bytes(_jsonl(TEXTS))
+        monkeypatch.chdir(tmp_path / where)
+        monkeypatch.setenv("HOME", str(tmp_path / where))
+        for source in ("corpus", "./corpus", "~/corpus"):
+            raw = dataset("raw/notes", source)
+            versions.append((source, _version(raw)))
+        monkeypatch.chdir(tmp_path)  # the run starts elsewhere: it reads what was resolved
+        prefix = str(tmp_path / f"data-{where}")
+        with dg.instance_for_test() as instance:
+            result = dg.materialize([raw], instance=instance, resources=_resources(prefix))
+        outputs.append(_meta(result, raw)["path"])
+    assert versions[:3] == versions[3:], versions
+    assert [os.path.relpath(p, tmp_path) for p in outputs] == [
+        f"data-{w}/raw/notes-{versions[2][1]}" for w in ("clone-a", "clone-b")
+    ]
+    assert [fs.read_bytes(dataset_files(p)[0]) for p in outputs] == [_jsonl(TEXTS)] * 2
+    # other files under the same source are another dataset
+    (tmp_path / "clone-b" / "corpus" / "a.jsonl").write_bytes(_jsonl(TEXTS[:3]))
+    monkeypatch.chdir(tmp_path / "clone-b")
+    assert _version(dataset("raw/notes", "corpus")) != versions[0][1]
+
+
 def test_files_a_folder_source_leaves_out_are_named_in_the_run(tmp_path):
     """A file whose extension names no format is not read: the run says so, not silence."""
     src = tmp_path / "src"
