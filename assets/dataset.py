@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -287,10 +288,15 @@ def dataset_name(
         fixed = [p for p in rest.split("?")[0].split("/") if p]
         globbed = next((i for i, p in enumerate(fixed) if any(c in p for c in "*?[")), None)
         parts = fixed[:globbed] if globbed is not None else fixed
+    # A relative or ~ glob as written: resolved, the name (and so the output's path) would
+    # follow this machine's working folder or home.
+    given = spec.given.strip()
+    written = spec.kind == "local" and (given.startswith("~") or not os.path.isabs(given))
+    where = given if written else spec.location
     qualifiers = [
         q
         for q in (
-            spec.location if any(c in spec.location for c in "*?[") else "",
+            where if any(c in where for c in "*?[") else "",
             ",".join(spec.files),
             spec.revision or "",
             spec.format or "",

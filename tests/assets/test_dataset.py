@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 
@@ -291,6 +292,25 @@ def test_as_dataset_names(tmp_path):
     b = dataset_name("gs://bucket/web crawl/*.parquet")
     assert a.startswith("raw/bucket/web_crawl-") and a != b
     assert dataset_name(str(tmp_path / "corpus")) == "raw/corpus"
+
+
+def test_a_relative_glob_is_named_the_same_in_any_working_folder(tmp_path, monkeypatch):
+    """as_dataset's name is part of the output's path: a relative glob's must not follow the
+    working folder it was resolved in (another clone, a cluster's checkout)."""
+    from assets.dataset import dataset_name
+
+    names = []
+    for where in ("clone-a", "clone-b"):
+        (tmp_path / where).mkdir()
+        monkeypatch.chdir(tmp_path / where)
+        monkeypatch.setenv("HOME", str(tmp_path / where))
+        names.append([dataset_name("corpus/*.jsonl"), dataset_name("~/corpus/*.jsonl")])
+    assert names[0] == names[1]
+    assert names[0][0].startswith("raw/corpus-") and names[0][0] != names[0][1]
+    # an absolute glob keeps the name it had
+    glob = str(tmp_path / "corpus" / "*.jsonl")
+    digest = hashlib.sha256(glob.encode()).hexdigest()[:6]
+    assert dataset_name(glob) == f"raw/corpus-{digest}"
     with pytest.raises(TypeError, match="an asset or a string"):
         as_dataset(42)  # type: ignore[arg-type]
 
