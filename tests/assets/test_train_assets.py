@@ -30,6 +30,7 @@ def build(
     steps: int = 12,
     checkpoint_every_steps: int | None = None,
     resources: str = "cpu",
+    seq_len: int = 128,
 ):
     from assets import sample_corpus, tokenized, tokenizer
     from assets.train import evaluate, train_lm
@@ -43,7 +44,7 @@ def build(
         optimizer=AdamConfig(learning_rate=3e-3, warmup=2),
         datasets={ds: 1.0},
         batch_size=4,
-        seq_len=128,
+        seq_len=seq_len,
         num_train_steps=steps,
         checkpoint_every_steps=checkpoint_every_steps,
         resources=resources,
@@ -100,17 +101,9 @@ def test_train_lm_and_evaluate_assets(tmp_path, downloads):
 def test_evaluate_scores_at_the_length_the_checkpoint_was_trained_at():
     """Not the model's maximum: the training's own eval figures are at the trained length,
     and the length is in the evaluate step's version."""
-    from assets.train import evaluate, train_lm
+    from assets.train import evaluate
 
-    ds = build()[2]
-    short = train_lm(
-        "checkpoints/short",
-        model=TINY,
-        datasets={ds: 1.0},
-        batch_size=4,
-        seq_len=64,
-        num_train_steps=1,
-    )
+    ds, short = build(seq_len=64)[2:4]
     assert step_for(evaluate("eval/short", checkpoint=short, datasets=[ds])).config.seq_len == 64
     shorter = evaluate("eval/short", checkpoint=short, datasets=[ds], seq_len=32)
     assert step_for(shorter).config.seq_len == 32
