@@ -270,9 +270,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         )
     if any(row[2] == INTERRUPTED for row in rows):
         sys.stderr.write(
-            f"marin status: {INTERRUPTED}: the run writing the output is gone (killed before "
-            "it could record its end; its lease is stale). Materialize the asset again: the "
-            "new run takes the output over and resumes from what was finished\n"
+            f"marin status: {INTERRUPTED}: the run writing the output ended without recording "
+            "its end (killed, or its last status write failed, e.g. on a full disk: its run's "
+            "log says which), and its lease is stale. Materialize the asset again: the new run "
+            "takes the output over and resumes from what was finished\n"
         )
     return 0
 

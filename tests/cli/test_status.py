@@ -79,7 +79,8 @@ def test_a_killed_run_shows_as_interrupted_and_a_rerun_takes_over(tmp_path, caps
 
     row, err = _status(capsys, monkeypatch, exp, env)
     assert row["status"] == "interrupted"
-    assert "the run writing the output is gone" in err and "resumes" in err
+    assert "the run writing the output ended without recording its end" in err
+    assert "its last status write failed" in err and "resumes" in err
     outcome = execute_step(path, version, lambda out: {})  # what the next run does
     assert not outcome.skipped
     row, err = _status(capsys, monkeypatch, exp, env)
