@@ -580,9 +580,8 @@ class ZephyrContext:
             logger.info(
                 "%s: %d of %d shard(s) were not needed, not read", stage.name, not_read, total
             )
-        if write is not None:
-            for i in losses:
-                _remove_temp_leftovers(write.paths[i])
+        if write is not None and losses:
+            _remove_abandoned_temps([write.paths[i] for i in losses])
         return values
 
 
@@ -617,7 +616,8 @@ def _held_before(counts: dict[int, int], shard: int) -> int:
 
 
 def _remove_abandoned_temps(paths: list[str]) -> None:
-    """Remove the temporary files a killed run's writers left beside these targets.
+    """Remove the temporary files killed writers left beside these targets: a lost worker's
+    (for its task's target), or a killed run's (for the whole stage, when its rerun starts).
 
     A driver killed mid-write (kill -9; Iris kills the step's whole process group) leaves
     `<target>.tmp-<hex>` files, a shard's worth each, that no manifest or reader counts and
@@ -638,17 +638,5 @@ def _remove_abandoned_temps(paths: list[str]) -> None:
             continue
         for entry in entries:
             if fs.atomic_temp_target(entry) in names:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(folder, entry))
-
-
-def _remove_temp_leftovers(path: str) -> None:
-    """A worker killed mid-write leaves its temporary file beside the output; remove it."""
-    if not fs.is_local(path):
-        return  # object stores: the partial upload never became an object
-    folder, name = os.path.split(path)
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.listdir(folder):
-            if entry.startswith(name) and fs.is_temp_name(entry):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(folder, entry))
