@@ -1,10 +1,9 @@
 """File-change sensors: a watched folder's content hash drives runs of the experiment below it.
 
 `watched_folder_sensor` requests a run of the assets downstream of the folder
-(tagged `marin/force=true`: the folder's content is not part of the steps'
-versions, so the outputs must be rebuilt) when the folder's content hash
-(`marin_dagster.datasets.watch`) differs from the last requested one and has
-been quiet for `settle_s` (a burst of writes gives one run). The sensor's
+when the folder's content hash (`marin_dagster.datasets.watch`) differs from the
+last requested one and has been quiet for `settle_s` (a burst of writes gives
+one run). The sensor's
 cursor keeps the content hash of its last run request, so a change made while
 the code server was down is found on its first tick, and a content hash equal
 to the last request gives none (a change undone). While a run it requested is
@@ -172,7 +171,10 @@ def watched_folder_sensor(
         request = dg.RunRequest(
             run_key=f"{sensor_name}:{cursor.requests}:{h}",
             asset_selection=targets,
-            tags={WATCH_TAG: sensor_name, CONTENT_TAG: h, "marin/force": "true"},
+            # Not forced: the corpus records the files it was built from and each step its
+            # inputs' data versions, so the run rebuilds what the new files change and
+            # skips a step whose input came out the same (a filter that drops the new files).
+            tags={WATCH_TAG: sensor_name, CONTENT_TAG: h},
         )
         return dg.SensorResult(run_requests=[request], cursor=cursor.dump(), asset_events=events)
 

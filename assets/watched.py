@@ -10,9 +10,9 @@ a run of those assets when files are added, changed or deleted.
 
 `folder_corpus` turns the folder's text files into JSONL shards
 `{id, text, source}` (id: the file's path relative to the folder). Its version
-holds the folder's path, not its content: the sensor's runs force a rebuild, and
-any other materialization (by hand, `python exp.py`) rebuilds it, and the steps
-after it, when the files differ from those it was built from.
+holds the folder's path, not its content: a materialization (the sensor's runs,
+by hand, `python exp.py`) rebuilds it, and the steps after it whose inputs change,
+when the files differ from those it was built from.
 """
 
 from __future__ import annotations

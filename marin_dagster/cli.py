@@ -209,7 +209,6 @@ def status_rows(
     """The `marin status` table: one row per asset of `steps` (the code location's)."""
     from marin_dagster import fs
     from marin_dagster.execution.status import MANIFEST_FILE, StepStatus, read_status
-    from marin_dagster.execution.step import changed_inputs
 
     def output_path(name: str, version: str) -> str:
         return fs.join(prefix, f"{name}-{version}")
@@ -230,7 +229,7 @@ def status_rows(
                 if record is not None and record.status == StepStatus.RUNNING:
                     state = _running_state(path)
                 elif record is not None and record.status == StepStatus.SUCCESS:
-                    if changed_inputs(record, step.built_from(output_path)):
+                    if step.changed_inputs(record, output_path):
                         state = OUTDATED
             size = None
             if record is not None:

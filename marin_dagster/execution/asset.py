@@ -23,8 +23,8 @@ import pydantic
 
 from marin_dagster import fs
 from marin_dagster.execution.origins import note_origins
-from marin_dagster.execution.status import StepStatus, read_status
-from marin_dagster.execution.step import execute_step
+from marin_dagster.execution.status import StatusRecord, StepStatus, read_status
+from marin_dagster.execution.step import changed_inputs, execute_step
 from marin_dagster.execution.version import StepConfig, compute_version
 from marin_dagster.iris import ResourceConfig, iris_placement_metadata
 from marin_dagster.settings import parse_bool
@@ -87,6 +87,14 @@ class Step:
         if self.source_state is not None:
             out.update(self.source_state(self.config))
         return out
+
+    def changed_inputs(
+        self, record: StatusRecord, output_path: Callable[[str, str], str]
+    ) -> list[str]:
+        """The inputs that changed since `record` (a SUCCESS of this step) was built."""
+        return changed_inputs(
+            record, self.built_from(output_path), reads_source=self.source_state is not None
+        )
 
 
 Run = Callable[[Any, Mapping[str, str], str, StepContext], Mapping[str, Any] | None]
@@ -456,6 +464,7 @@ def versioned_asset(
             run_id=run_id,
             log=context.log,
             inputs=registered.built_from(storage.output_path),
+            reads_source=registered.source_state is not None,
         )
         files = outcome.manifest.get("files", {})
         return dg.MaterializeResult(

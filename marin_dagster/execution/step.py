@@ -54,10 +54,19 @@ def _done(output_path: str, version: str) -> StatusRecord | None:
     return record
 
 
-def changed_inputs(record: StatusRecord, inputs: Mapping[str, str] | None) -> list[str]:
-    """The inputs that differ from those `record` was built from (none when either is unknown)."""
-    if inputs is None or record.inputs is None:
+def changed_inputs(
+    record: StatusRecord, inputs: Mapping[str, str] | None, *, reads_source: bool = False
+) -> list[str]:
+    """The inputs that differ from those `record` was built from (none when either is unknown).
+
+    A record written before inputs were recorded is not rebuilt for that alone, unless the
+    step `reads_source` (a watched folder's files): its version does not hold them, and what
+    once forced its rebuild on a change (the sensor's runs) now relies on these records.
+    """
+    if inputs is None:
         return []
+    if record.inputs is None:
+        return sorted(inputs) if reads_source else []
     return sorted(
         k for k in set(inputs) | set(record.inputs) if inputs.get(k) != record.inputs.get(k)
     )
@@ -89,6 +98,7 @@ def execute_step(
     run_id: str | None = None,
     log: logging.Logger | Any = logger,
     inputs: Mapping[str, str] | None = None,
+    reads_source: bool = False,
 ) -> StepOutcome:
     """Run `run(output_path)` unless the output is already done; returns what happened.
 
@@ -98,12 +108,15 @@ def execute_step(
     call whose inputs differ rebuilds the output. Versions hash configs, so an input
     rebuilt at the same version with other data (a watched folder's files changed) would
     otherwise leave this output built from the old data and skipped for good.
+    `reads_source`: see `changed_inputs`.
     """
 
     def done() -> StatusRecord | None:
         nonlocal force
         record = _done(output_path, version)
-        if record is not None and (changed := changed_inputs(record, inputs)):
+        if record is not None and (
+            changed := changed_inputs(record, inputs, reads_source=reads_source)
+        ):
             log.info(
                 f"{output_path}: input(s) {', '.join(changed)} changed since it was built: "
                 "rebuilding"

@@ -20,7 +20,6 @@ import dagster as dg
 from assets.experiment import Experiment
 from marin_dagster.execution.asset import Step, upstream_closure
 from marin_dagster.execution.status import StepStatus, read_status
-from marin_dagster.execution.step import changed_inputs
 from marin_dagster.marin.lower import lower
 from marin_dagster.settings import parse_bool
 
@@ -106,7 +105,7 @@ class StepRunner:
                 state = record.status.value if record else "missing"
                 if record and record.status == StepStatus.SUCCESS:
                     # a SUCCESS built from inputs that changed since is rebuilt
-                    changed = changed_inputs(record, s.built_from(storage.output_path))
+                    changed = s.changed_inputs(record, storage.output_path)
                     action = "run" if changed else "skip"
                     state = f"{state}, inputs changed" if changed else state
                 elif refusal and s.name in failed:

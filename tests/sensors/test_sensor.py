@@ -15,7 +15,8 @@ import pytest
 from assets import Experiment, folder_corpus, watched_folder
 from assets.sensors import CONTENT_TAG, WATCH_TAG, watched_folder_sensor
 from marin_dagster.datasets.watch import forget_folder_states
-from marin_dagster.execution.asset import StepContext, versioned_asset
+from marin_dagster.execution.asset import StepContext, step_for, versioned_asset
+from marin_dagster.execution.status import StatusRecord, StepStatus, read_status, write_status
 from marin_dagster.execution.version import StepConfig
 from resources import local_resources
 
@@ -103,7 +104,7 @@ def test_a_burst_of_100_files_gives_one_run(tmp_path, instance, watch):
     ticker = Ticker(sensor, defs, instance)
     first = baseline(ticker)
     assert first.asset_selection == [corpus.key]
-    assert first.tags[WATCH_TAG] == sensor.name and first.tags["marin/force"] == "true"
+    assert first.tags[WATCH_TAG] == sensor.name and "marin/force" not in first.tags
 
     start = time.time()
     for i in range(100):
@@ -260,3 +261,77 @@ def test_an_empty_folder_gives_no_run_until_files_arrive(tmp_path, instance):
     write(os.path.join(folder, "a.jsonl"), '{"text": "to be"}\n')
     assert "waiting" in reason(ticker.tick())
     assert len(ticker.settle().run_requests) == 1
+
+
+class CountedConfig(StepConfig):
+    counter: str
+
+
+def _counted(name: str, upstream: dg.AssetsDefinition, counter: str) -> dg.AssetsDefinition:
+    """A step that writes the same bytes whatever its input, and counts its runs."""
+
+    def run(config: CountedConfig, inputs: Mapping[str, str], out: str, step: StepContext) -> dict:
+        with open(config.counter, "a") as f:
+            f.write("run\n")
+        write(os.path.join(out, "summary.txt"), "the same summary")
+        return {}
+
+    return versioned_asset(
+        name=name,
+        kind="counted",
+        config=CountedConfig(counter=counter),
+        run=run,
+        upstream={"source": upstream},
+    )
+
+
+def _runs(counter: str) -> int:
+    with open(counter) as f:
+        return len(f.read().splitlines())
+
+
+def test_a_sensor_run_rebuilds_only_what_the_new_files_change(tmp_path, instance):
+    """A file landing rebuilds the corpus and the steps whose inputs changed; a step whose
+    input came out the same is skipped, not redone from scratch (the sensor's runs used to
+    force every step below the folder: a new file retrained everything)."""
+    folder, prefix = str(tmp_path / "inbox"), str(tmp_path / "data")
+    summary_runs, after_runs = str(tmp_path / "summary.runs"), str(tmp_path / "after.runs")
+    write(os.path.join(folder, "a.txt"), "one")
+
+    def leaves(corpus: dg.AssetsDefinition) -> list[dg.AssetsDefinition]:
+        summary = _counted("checks/summary", corpus, summary_runs)
+        return [_counted("checks/after", summary, after_runs)]
+
+    _, corpus, experiment, sensor, defs = build(folder, prefix, watch=False, leaves=leaves)
+    job = defs.resolve_job_def(experiment.job_name)
+    ticker = Ticker(sensor, defs, instance)
+
+    def run_request(request: dg.RunRequest) -> None:
+        result = job.execute_in_process(
+            instance=instance, asset_selection=request.asset_selection, tags=request.tags
+        )
+        assert result.success
+
+    run_request(baseline(ticker))
+    assert (_runs(summary_runs), _runs(after_runs)) == (1, 1)
+    corpus_path = os.path.join(prefix, f"raw/inbox_corpus-{step_for(corpus).version}")
+    first = read_status(corpus_path).data_version
+
+    write(os.path.join(folder, "b.txt"), "two")
+    ticker.tick()
+    (request,) = ticker.settle().run_requests
+    run_request(request)
+    assert read_status(corpus_path).data_version != first  # b.txt is in the corpus
+    assert (_runs(summary_runs), _runs(after_runs)) == (2, 1)
+
+    # A corpus recorded before SUCCESS held what it was built from is rebuilt on a change:
+    # its version holds only the folder's path, and nothing forces it any more.
+    record = read_status(corpus_path)
+    write_status(corpus_path, StatusRecord(StepStatus.SUCCESS, record.version, record.data_version))
+    write(os.path.join(folder, "c.txt"), "three")
+    ticker.tick()
+    (request,) = ticker.settle().run_requests
+    run_request(request)
+    assert read_status(corpus_path).inputs is not None
+    assert read_status(corpus_path).data_version != record.data_version
+    assert (_runs(summary_runs), _runs(after_runs)) == (3, 1)
