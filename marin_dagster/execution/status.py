@@ -22,6 +22,8 @@ from marin_dagster import fs
 STATUS_FILE = ".status.json"
 MANIFEST_FILE = ".manifest.json"
 LOCK_FILE = ".lock.json"
+PREVIOUS_DIR = ".previous"
+"""The output a rebuild replaces, until it succeeds (`execution/previous.py`)."""
 EXECUTOR_FILES = frozenset({STATUS_FILE, MANIFEST_FILE, LOCK_FILE})
 
 
@@ -98,7 +100,7 @@ def build_manifest(output_path: str) -> dict[str, Any]:
     files = {}
     for path in sorted(fsys.find(root)):
         rel = path[len(root) + 1 :] if path.startswith(root + "/") else path
-        if rel in EXECUTOR_FILES or fs.is_temp_name(rel):
+        if rel in EXECUTOR_FILES or rel.startswith(f"{PREVIOUS_DIR}/") or fs.is_temp_name(rel):
             continue
         files[rel] = {"size": fsys.size(path), "checksum": _checksum(fsys, path)}
     return {"files": files}

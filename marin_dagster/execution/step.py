@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from marin_dagster import fs
+from marin_dagster.execution import previous
 from marin_dagster.execution.lease import Lease, LeaseSettings
 from marin_dagster.execution.status import (
-    LOCK_FILE,
     MANIFEST_FILE,
     StatusRecord,
     StepStatus,
@@ -79,15 +79,6 @@ def _skipped(output_path: str, record: StatusRecord) -> StepOutcome:
     )
 
 
-def _clear(output_path: str) -> None:
-    fsys, root = fs.url_to_fs(output_path)
-    if not fsys.exists(root):
-        return
-    for entry in fsys.ls(root, detail=False):
-        if fs.basename(entry) != LOCK_FILE:
-            fsys.rm(entry, recursive=True)
-
-
 def execute_step(
     output_path: str,
     version: str,
@@ -134,8 +125,11 @@ def execute_step(
             log.info(f"{output_path} was finished by another run while waiting: skipping")
             return _skipped(output_path, record)
         if force:
-            log.info(f"force: clearing {output_path} and rerunning")
-            _clear(output_path)
+            log.info(
+                f"rebuilding {output_path}; the output it held is kept in "
+                f"{previous.PREVIOUS_DIR}/ until the rebuild succeeds"
+            )
+            previous.set_aside(output_path)
         write_status(output_path, StatusRecord(StepStatus.RUNNING, version, run_id=run_id))
         try:
             metadata = run(output_path) or {}
@@ -154,10 +148,27 @@ def execute_step(
                     inputs=dict(inputs) if inputs is not None else None,
                 ),
             )
+            previous.discard(output_path)
         except BaseException as e:
-            _record_failure(output_path, version, run_id, e, held, log)
+            if not _put_back(output_path, held, log):
+                _record_failure(output_path, version, run_id, e, held, log)
             raise
     return StepOutcome(output_path, version, data_version, False, metadata, manifest)
+
+
+def _put_back(output_path: str, held: Lease, log: logging.Logger | Any) -> bool:
+    """After a failed rebuild, the output it replaced (see `previous`); False if none."""
+    try:
+        if not held.holds() or not previous.restore(output_path, log):
+            return False
+    except Exception as e:
+        log.warning(f"{output_path}: could not put back the output it held ({e})")
+        return False
+    log.warning(
+        f"{output_path}: the rebuild failed; the output it held before is back in place "
+        "(materialize again once the cause below is fixed)"
+    )
+    return True
 
 
 def _describe(error: BaseException) -> str:
