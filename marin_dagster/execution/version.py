@@ -48,6 +48,10 @@ def added_later(default: Any, **kwargs: Any) -> Any:
     return pydantic.Field(default, json_schema_extra={_ADDED_LATER: True}, **kwargs)
 
 
+# The same declaration for a dataclass field: `field(default=..., metadata=ADDED_LATER)`.
+ADDED_LATER: Mapping[str, bool] = {_ADDED_LATER: True}
+
+
 def _marked(field: pydantic.fields.FieldInfo, mark: str) -> bool:
     extra = field.json_schema_extra
     return isinstance(extra, dict) and bool(extra.get(mark))
@@ -68,6 +72,7 @@ def versioned_fields(config: Any) -> dict[str, Any]:
             f.name: canonical(getattr(config, f.name))
             for f in dataclasses.fields(config)
             if not f.metadata.get(_UNVERSIONED, False)
+            and not (f.metadata.get(_ADDED_LATER, False) and getattr(config, f.name) == f.default)
         }
     if isinstance(config, Mapping):
         return {str(k): canonical(v) for k, v in config.items()}

@@ -8,6 +8,7 @@ import pydantic
 import pytest
 
 from marin_dagster.execution.version import (
+    ADDED_LATER,
     StepConfig,
     added_later,
     canonical,
@@ -59,6 +60,25 @@ def test_a_field_added_later_keeps_old_versions_at_its_default():
     assert compute_version("k", ConfigWithANewField()) == compute_version("k", Config())
     changed = compute_version("k", ConfigWithANewField(skip_bad_records=True))
     assert changed != compute_version("k", Config())
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfigWithANewField:
+    learning_rate: float = 3e-4
+    steps: int = 100
+    compute_dtype: str = dataclasses.field(default="float32", metadata=ADDED_LATER)
+
+
+@dataclasses.dataclass(frozen=True)
+class OldTrainConfig:
+    learning_rate: float = 3e-4
+    steps: int = 100
+
+
+def test_a_dataclass_field_added_later_keeps_old_versions_at_its_default():
+    old = compute_version("train", OldTrainConfig())
+    assert compute_version("train", TrainConfigWithANewField()) == old
+    assert compute_version("train", TrainConfigWithANewField(compute_dtype="bfloat16")) != old
 
 
 def test_every_versioned_field_and_input_changes_the_version():
