@@ -13,10 +13,11 @@ import pydantic
 
 from marin_dagster import fs
 from marin_dagster.execution.asset import Step, StepContext, defining, step_for, versioned_asset
-from marin_dagster.execution.version import StepConfig
+from marin_dagster.execution.version import StepConfig, added_later
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig, train
 from marin_dagster.levanter import evaluate as evaluate_checkpoint
+from marin_dagster.levanter.config import ComputeDtype
 from marin_dagster.levanter.evaluate import evaluate_to_dict
 from marin_dagster.levanter.trainer import with_split
 from marin_dagster.markdown import code_block
@@ -203,6 +204,9 @@ class EvaluateStepConfig(StepConfig):
     """Tokens per scored sequence; `evaluate` sets the length the checkpoint was trained at.
     In the version: evaluations that scored at the model's maximum, with bits per byte over
     the split's average bytes per token, are not reused as these."""
+    compute_dtype: ComputeDtype = added_later("float32")
+    """What the matmuls run in; the checkpoint's parameters are float32 whatever it was
+    trained in. Versioned: a bfloat16 loss is not the float32 one."""
 
 
 def _run_evaluate(
@@ -221,7 +225,7 @@ def _run_evaluate(
         batch_size=config.batch_size,
         max_batches=config.max_batches,
         seq_len=config.seq_len,
-        compute_dtype=step.resources.levanter.compute_dtype,
+        compute_dtype=config.compute_dtype,
         token_bytes=token_bytes,
     )
     as_dict = evaluate_to_dict(results)

@@ -305,9 +305,9 @@ def run_benchmark(
             num_train_steps=steps,
             tokenizer_vocab_size=vocab,
             validation={},
+            compute_dtype=dtype,
         )
         settings = TrainerSettings(
-            compute_dtype=dtype,
             remat=remat,
             log_every=10,
             checkpoint_every_minutes=None,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from marin_dagster.execution.version import UNVERSIONED, versioned_fields
+from marin_dagster.execution.version import ADDED_LATER, UNVERSIONED, versioned_fields
 from marin_dagster.levanter.data import TrainInputError
 from marin_dagster.levanter.mesh import PARALLELISMS, Parallelism
 from marin_dagster.levanter.optim import AdamConfig
@@ -183,6 +183,9 @@ class TrainLmConfig:
     # The tokenizer's vocabulary size; sets model.vocab_size when that is unset.
     tokenizer_vocab_size: int | None = None
     data_block_size: int = 2048
+    # What matmuls run in (parameters and optimizer state stay float32). Here, not in a run's
+    # settings, because it changes the trained model: a bfloat16 run is another version.
+    compute_dtype: ComputeDtype = field(default="float32", metadata=ADDED_LATER)
     # None: TrainerSettings' (a run's resource); set here for one step.
     checkpoint_every_steps: int | None = field(default=None, metadata=UNVERSIONED)
     keep: int | None = field(default=None, metadata=UNVERSIONED)
@@ -226,6 +229,10 @@ class TrainLmConfig:
             raise TrainInputError(
                 f"z_loss_weight must be a non-negative number or None, got {self.z_loss_weight!r}"
             )
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise TrainInputError(
+                f"compute_dtype must be one of {', '.join(COMPUTE_DTYPES)}, got {self.compute_dtype!r}"
+            )
         for name in ("steps_per_eval", "max_eval_batches", "checkpoint_every_steps", "keep"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -257,9 +264,6 @@ class TrainLmConfig:
 class TrainerSettings:
     """How a training runs, not what it computes: `LevanterResource` is derived from these."""
 
-    compute_dtype: ComputeDtype = setting(
-        "float32", "dtype of matmuls: float32 or bfloat16; parameters stay float32"
-    )
     num_devices: int | None = setting(None, "devices in the mesh; None: all local devices")
     parallelism: Parallelism = setting(
         "data_parallel",
@@ -286,10 +290,6 @@ class TrainerSettings:
     sample_temperature: float = setting(0.8, "0 for greedy sampling")
 
     def __post_init__(self) -> None:
-        if self.compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(
-                f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}"
-            )
         if self.parallelism not in PARALLELISMS:
             raise ValueError(f"parallelism must be one of {PARALLELISMS}, got {self.parallelism!r}")
         if self.remat not in REMAT_POLICIES:

@@ -322,7 +322,7 @@ def _set_up(config: TrainLmConfig, settings: TrainerSettings, output_path: str) 
         model,
         config.optimizer,
         config.num_train_steps,
-        settings.compute_dtype,
+        config.compute_dtype,
         mesh,
         settings.parallelism,
         settings.remat,
@@ -626,7 +626,7 @@ def _finish(
             settings.sample_tokens,
             temperature=settings.sample_temperature,
             seed=run.config.seed,
-            compute_dtype=settings.compute_dtype,
+            compute_dtype=run.config.compute_dtype,
         )
         if settings.sample_tokens
         else []

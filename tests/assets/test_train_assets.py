@@ -16,6 +16,7 @@ import pytest
 
 from marin_dagster import fs
 from marin_dagster.execution.asset import step_for
+from marin_dagster.execution.version import versioned_fields
 from marin_dagster.levanter import AdamConfig, llama_nano
 from marin_dagster.levanter.checkpoint import load_params
 from tests.conftest import REPO, run_warnings, subprocess_env
@@ -31,6 +32,7 @@ def build(
     checkpoint_every_steps: int | None = None,
     resources: str = "cpu",
     seq_len: int = 128,
+    compute_dtype: str = "float32",
 ):
     from assets import sample_corpus, tokenized, tokenizer
     from assets.train import evaluate, train_lm
@@ -48,8 +50,15 @@ def build(
         num_train_steps=steps,
         checkpoint_every_steps=checkpoint_every_steps,
         resources=resources,
+        compute_dtype=compute_dtype,
     )
-    ev = evaluate("eval/tiny-shakespeare", checkpoint=model, datasets=[ds], max_batches=2)
+    ev = evaluate(
+        "eval/tiny-shakespeare",
+        checkpoint=model,
+        datasets=[ds],
+        max_batches=2,
+        compute_dtype=compute_dtype,
+    )
     return [corpus, tok, ds, model, ev]
 
 
@@ -96,6 +105,35 @@ def test_train_lm_and_evaluate_assets(tmp_path, downloads):
         ev_meta = _meta(result, ev)
         assert ev_meta["tokenized/shakespeare/loss"] > 0
         assert ev_meta["tokenized/shakespeare/bits_per_byte"] > 0
+
+
+def test_compute_dtype_is_in_the_version_and_reaches_the_model(tmp_path, downloads):
+    """A bfloat16 model is another version (beside the float32 one, never skipped as it),
+    and it trains and evaluates in bfloat16. At float32 the field stays out of the version,
+    so steps built before it existed are not redone."""
+    single, half = build(), build(compute_dtype="bfloat16")
+    for a, b in zip(single[3:], half[3:], strict=True):
+        assert "compute_dtype" not in versioned_fields(step_for(a).config), step_for(a).name
+        assert versioned_fields(step_for(b).config)["compute_dtype"] == "bfloat16"
+        assert a.code_versions_by_key[a.key] != b.code_versions_by_key[b.key], step_for(a).name
+    prefix = str(tmp_path / "data")
+    with dg.instance_for_test() as instance:
+        meta = {}
+        for name, assets in (("float32", single), ("bfloat16", half)):
+            result = dg.materialize(
+                assets, instance=instance, resources=_resources(prefix, downloads)
+            )
+            meta[name] = (_meta(result, assets[3]), _meta(result, assets[4]))
+    (f32, f32_eval), (bf16, bf16_eval) = meta["float32"], meta["bfloat16"]
+    assert bf16["skipped"] is False and bf16["path"] != f32["path"]
+    recorded = fs.read_json_or_none(fs.join(bf16["path"], "config.json"))
+    assert recorded["train"]["compute_dtype"] == "bfloat16"
+    # Same data, seed and steps: the losses differ only by bfloat16's rounding.
+    assert bf16["final_train_loss"] != f32["final_train_loss"]
+    assert bf16["final_train_loss"] == pytest.approx(f32["final_train_loss"], rel=0.05)
+    key = "tokenized/shakespeare/loss"
+    assert bf16_eval[key] != f32_eval[key]
+    assert bf16_eval[key] == pytest.approx(f32_eval[key], rel=0.05)
 
 
 def test_evaluate_scores_at_the_length_the_checkpoint_was_trained_at():

@@ -265,6 +265,10 @@ def test_a_changed_config_on_the_same_output_is_refused(
         ),
         ({"tokenizer_vocab_size": None}, "model.vocab_size is unset"),
         ({"batch_size": 0}, "batch_size must be a positive integer"),
+        (
+            {"compute_dtype": "float16"},
+            "compute_dtype must be one of float32, bfloat16, got 'float16'",
+        ),
     ],
 )
 def test_bad_input_fails_before_any_compute(

@@ -15,7 +15,6 @@ from resources.levanter import LevanterResource, format_metrics
 
 def test_settings_come_from_the_resource_fields() -> None:
     values = dict(
-        compute_dtype="bfloat16",
         parallelism="fsdp",
         remat="block",
         num_devices=2,
@@ -34,22 +33,40 @@ def test_settings_come_from_the_resource_fields() -> None:
     assert LevanterResource().settings() == TrainerSettings()
 
 
-def test_bad_compute_dtype_is_refused_by_dagster_config() -> None:
+def test_a_bad_setting_is_refused_by_dagster_config() -> None:
     @dg.op
     def uses(levanter: LevanterResource) -> str:
-        return levanter.settings().compute_dtype
+        return levanter.settings().remat
 
     @dg.job(resource_defs={"levanter": LevanterResource.configure_at_launch()})
     def job() -> None:
         uses()
 
     ok = job.execute_in_process(
-        run_config={"resources": {"levanter": {"config": {"compute_dtype": "bfloat16"}}}}
+        run_config={"resources": {"levanter": {"config": {"remat": "block"}}}}
     )
-    assert ok.output_for_node("uses") == "bfloat16"
+    assert ok.output_for_node("uses") == "block"
+    with pytest.raises(dg.DagsterInvalidConfigError, match="remat"):
+        job.execute_in_process(
+            run_config={"resources": {"levanter": {"config": {"remat": "everything"}}}}
+        )
+
+
+def test_compute_dtype_is_not_a_run_setting() -> None:
+    """It changes the trained model, so it is the step's config (in its version): a run that
+    sets it on the resource is refused by name instead of training what the version says not."""
+
+    @dg.op
+    def uses(levanter: LevanterResource) -> str:
+        return levanter.settings().remat
+
+    @dg.job(resource_defs={"levanter": LevanterResource.configure_at_launch()})
+    def job() -> None:
+        uses()
+
     with pytest.raises(dg.DagsterInvalidConfigError, match="compute_dtype"):
         job.execute_in_process(
-            run_config={"resources": {"levanter": {"config": {"compute_dtype": "float8"}}}}
+            run_config={"resources": {"levanter": {"config": {"compute_dtype": "bfloat16"}}}}
         )
 
 
