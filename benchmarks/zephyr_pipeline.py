@@ -18,8 +18,9 @@ On each, the same pipeline runs in:
 - datatrove's LocalPipelineExecutor (JsonlReader -> step -> LambdaFilter -> ParquetWriter),
   1 and 2 workers, from its own virtualenv (`pip install datatrove orjson regex pyarrow`);
 - the I/O-only limit: pyarrow read_json + write_table per file, no per-record Python;
-- the parallel floor: the same per-shard read -> map -> filter -> Parquet with no engine,
-  in processes forked and warmed before the clock starts. Its 2/1 ratio is the machine's
+- the parallel floor: the same per-shard read -> map -> filter -> Parquet (synced, as
+  Zephyr syncs each output) with no engine, in processes forked and warmed before the
+  clock starts. Its 2/1 ratio is the machine's
   own scaling of this work (two processes share caches, memory bandwidth and the host),
   the ceiling for anything that starts its workers inside the timed run.
 
@@ -277,6 +278,12 @@ def _parallel_one(args: tuple[str, str, int]) -> int:
     if kept or writer is None:
         flush()
     writer.close()
+    # Synced as Zephyr syncs each output before its rename: the same durable work.
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return rows
 
 
