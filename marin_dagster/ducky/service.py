@@ -62,6 +62,18 @@ DEFAULT_MAX_ROWS = 10_000
 DEFAULT_MAX_BYTES = 16 << 20
 _BATCH_ROWS = 256
 
+# DuckDB numbers an error's line in the statement it ran, which wraps the user's in one line
+# of `SELECT * FROM (`: LINE 2 is the user's first.
+_WRAPPED_LINE = re.compile(r"^LINE (\d+):", re.MULTILINE)
+
+
+def _as_written(message: str) -> str:
+    """`message` with its line numbers counted in the user's statement; the width of each
+    `LINE n:` is kept, so the caret under it still points at the same column."""
+    return _WRAPPED_LINE.sub(
+        lambda m: f"LINE {int(m.group(1)) - 1}:".ljust(len(m.group(0))), message
+    )
+
 
 class QueryTimeout(RuntimeError):
     pass
@@ -375,7 +387,7 @@ class SqlService:
                 why = self._unavailable_in(statement)
                 if why:
                     raise QueryFailed(why) from e
-            raise QueryFailed(str(e)) from e
+            raise QueryFailed(_as_written(str(e))) from e
         finally:
             timer.cancel()
         self.executed += 1

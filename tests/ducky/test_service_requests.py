@@ -56,6 +56,21 @@ def test_an_unquoted_view_name_gets_a_hint_to_quote_it(service):
     assert service.query('select count(*) from "raw/notes"')["rows"] == [[40]]
 
 
+def test_an_error_names_the_line_of_the_query_as_written(service):
+    """The service runs the query inside `SELECT * FROM (...)`; DuckDB's line numbers are
+    told in the user's lines, the caret still under the column it names."""
+    with pytest.raises(QueryFailed) as e:
+        service.query('select nocol from "raw/notes"')
+    assert 'Binder Error: Referenced column "nocol"' in str(e.value)
+    assert "\nLINE 1: select nocol from" in str(e.value), str(e.value)
+    lines = "select\n" + "id,\n" * 7 + 'nocol from "raw/notes"'  # nocol on line 9
+    with pytest.raises(QueryFailed) as e:
+        service.query(lines)
+    shown, caret = str(e.value).splitlines()[-2:]
+    assert shown == 'LINE 9:  nocol from "raw/notes"', str(e.value)
+    assert shown[caret.index("^") :].startswith("nocol")
+
+
 def test_the_hint_reaches_http_clients(url):
     code, body, _ = query(url, "select count(*) from raw/notes")
     assert code == 400 and HINT + '"raw/notes" for raw/notes' in body["error"], body
