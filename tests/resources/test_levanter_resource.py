@@ -33,41 +33,31 @@ def test_settings_come_from_the_resource_fields() -> None:
     assert LevanterResource().settings() == TrainerSettings()
 
 
+@dg.op
+def uses(levanter: LevanterResource) -> str:
+    return levanter.settings().remat
+
+
+@dg.job(resource_defs={"levanter": LevanterResource.configure_at_launch()})
+def remat_job() -> None:
+    uses()
+
+
+def _run(**config: object) -> dg.ExecuteInProcessResult:
+    return remat_job.execute_in_process(run_config={"resources": {"levanter": {"config": config}}})
+
+
 def test_a_bad_setting_is_refused_by_dagster_config() -> None:
-    @dg.op
-    def uses(levanter: LevanterResource) -> str:
-        return levanter.settings().remat
-
-    @dg.job(resource_defs={"levanter": LevanterResource.configure_at_launch()})
-    def job() -> None:
-        uses()
-
-    ok = job.execute_in_process(
-        run_config={"resources": {"levanter": {"config": {"remat": "block"}}}}
-    )
-    assert ok.output_for_node("uses") == "block"
+    assert _run(remat="block").output_for_node("uses") == "block"
     with pytest.raises(dg.DagsterInvalidConfigError, match="remat"):
-        job.execute_in_process(
-            run_config={"resources": {"levanter": {"config": {"remat": "everything"}}}}
-        )
+        _run(remat="everything")
 
 
 def test_compute_dtype_is_not_a_run_setting() -> None:
     """It changes the trained model, so it is the step's config (in its version): a run that
     sets it on the resource is refused by name instead of training what the version says not."""
-
-    @dg.op
-    def uses(levanter: LevanterResource) -> str:
-        return levanter.settings().remat
-
-    @dg.job(resource_defs={"levanter": LevanterResource.configure_at_launch()})
-    def job() -> None:
-        uses()
-
     with pytest.raises(dg.DagsterInvalidConfigError, match="compute_dtype"):
-        job.execute_in_process(
-            run_config={"resources": {"levanter": {"config": {"compute_dtype": "bfloat16"}}}}
-        )
+        _run(compute_dtype="bfloat16")
 
 
 def test_metrics_logger_writes_rows(caplog: pytest.LogCaptureFixture) -> None:
