@@ -20,9 +20,9 @@ On each, the same pipeline runs in:
 - the I/O-only limit: pyarrow read_json + write_table per file, no per-record Python;
 - the parallel floor: the same per-shard read -> map -> filter -> Parquet (synced, as
   Zephyr syncs each output) with no engine, in processes forked and warmed before the
-  clock starts. Its 2/1 ratio is the machine's
-  own scaling of this work (two processes share caches, memory bandwidth and the host),
-  the ceiling for anything that starts its workers inside the timed run.
+  clock starts. Its 2/1 ratio is the machine's own scaling of this work (two processes
+  share caches, memory bandwidth and the host), the ceiling for anything that starts its
+  workers inside the timed run.
 
 Each timed run starts from a clean slate: its last output removed, the page cache's
 dirty pages flushed (`os.sync`) and its inputs read into the page cache, so no contender
