@@ -39,6 +39,7 @@ import collections
 import dataclasses
 import datetime
 import decimal
+import difflib
 import json
 import logging
 import re
@@ -65,6 +66,8 @@ _BATCH_ROWS = 256
 # DuckDB numbers an error's line in the statement it ran, which wraps the user's in one line
 # of `SELECT * FROM (`: LINE 2 is the user's first.
 _WRAPPED_LINE = re.compile(r"^LINE (\d+):", re.MULTILINE)
+_MISSING_TABLE = re.compile(r"Table with name (.+?) does not exist!")
+_DID_YOU_MEAN = re.compile(r'^Did you mean "[^\n]*"\?$', re.MULTILINE)
 
 
 def _as_written(message: str) -> str:
@@ -281,6 +284,28 @@ class SqlService:
         quoted = ", ".join(f"{quote_ident(n)} for {n}" for n in bare)
         return f'\nview names holding "/" must be in double quotes: write {quoted}'
 
+    def _views_meant(self, message: str) -> str:
+        """A catalog error's "Did you mean" told in views: DuckDB offers its own tables
+        (`notes` -> "pg_namespace") where the user left out the view's folder."""
+        missing = _MISSING_TABLE.search(message)
+        if missing is None:
+            return message
+        name = missing.group(1)
+        views = [d.name for d in self._datasets]
+        by_last = {v.rsplit("/", 1)[-1].lower(): v for v in views}
+        meant = [by_last[name.lower()]] if name.lower() in by_last else []
+        meant = meant or difflib.get_close_matches(name, views, n=3, cutoff=0.6)
+        if meant:
+            hint = "did you mean " + " or ".join(quote_ident(v) for v in meant) + "?"
+        else:
+            hint = "the views: " + (", ".join(quote_ident(v) for v in views[:10]) or "none")
+            hint += f" (and {len(views) - 10} more)" if len(views) > 10 else ""
+        ours = f'there is no view "{name}"; {hint}'
+        theirs = _DID_YOU_MEAN.search(message)
+        if theirs is None:
+            return message.replace(missing.group(0), f"{missing.group(0)}\n{ours}", 1)
+        return message[: theirs.start()] + ours + message[theirs.end() :]
+
     def _tables_read(self, statement: str) -> set[str] | None:
         """The names `statement` reads from, or None where it cannot tell.
 
@@ -383,11 +408,13 @@ class SqlService:
                 raise QueryTimeout(
                     f"the query ran past the {self.timeout_s:g} s timeout and was stopped"
                 ) from e
+            message = _as_written(str(e))
             if isinstance(e, duckdb.CatalogException):
                 why = self._unavailable_in(statement)
                 if why:
                     raise QueryFailed(why) from e
-            raise QueryFailed(_as_written(str(e))) from e
+                message = self._views_meant(message)
+            raise QueryFailed(message) from e
         finally:
             timer.cancel()
         self.executed += 1

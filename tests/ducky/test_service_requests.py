@@ -71,6 +71,21 @@ def test_an_error_names_the_line_of_the_query_as_written(service):
     assert shown[caret.index("^") :].startswith("nocol")
 
 
+def test_a_view_not_found_is_answered_with_the_views_meant(service):
+    """DuckDB's own "Did you mean" offers its catalog tables ("pg_namespace") for a view
+    named without its folder; the service offers views."""
+    with pytest.raises(QueryFailed) as e:
+        service.query("select * from notes")
+    assert 'there is no view "notes"; did you mean "raw/notes"?' in str(e.value), str(e.value)
+    assert "pg_" not in str(e.value) and "\nLINE 1: select * from notes" in str(e.value)
+    with pytest.raises(QueryFailed) as e:
+        service.query('select * from "raw/nots"')
+    assert 'did you mean "raw/notes"' in str(e.value), str(e.value)
+    with pytest.raises(QueryFailed) as e:
+        service.query("select * from quarterly_sales")
+    assert 'the views: "raw/notes", "raw/notes-extra"' in str(e.value), str(e.value)
+
+
 def test_the_hint_reaches_http_clients(url):
     code, body, _ = query(url, "select count(*) from raw/notes")
     assert code == 400 and HINT + '"raw/notes" for raw/notes' in body["error"], body
