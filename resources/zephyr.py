@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
+import pydantic
 
 from marin_dagster.zephyr import (
     Counters,
@@ -28,6 +29,7 @@ from marin_dagster.zephyr import (
     ZephyrContext,
     ZephyrExecutionResult,
 )
+from marin_dagster.zephyr.backends import RAY_MISSING, ray_installed
 from marin_dagster.zephyr.context import DEFAULT_MEMORY_BUDGET
 from marin_dagster.zephyr.dataset import WriteOp
 
@@ -53,11 +55,20 @@ class ZephyrResource(dg.ConfigurableResource):
     """How Zephyr pipelines run: worker count, backend, shuffle memory budget."""
 
     max_workers: int = 2
-    backend: str = "local"
+    backend: Literal["local", "ray", "inline"] = "local"
     memory_budget: int = DEFAULT_MEMORY_BUDGET
     max_shard_failures: int = 3
     log_every_shards: int = 0
     """Log a progress line every N finished shards (0: at 0%, 25%, 50%, 75% and 100%)."""
+
+    @pydantic.field_validator("backend")
+    @classmethod
+    def _ray_is_installed(cls, backend: str) -> str:
+        # Said where the resource is built (the code location's load, the run's start), not
+        # when the first Ray step of a long run gets that far.
+        if backend == "ray" and not ray_installed():
+            raise ValueError(RAY_MISSING)
+        return backend
 
     def context(
         self, progress: Any = None, *, log: Any = None, output_path: str | None = None

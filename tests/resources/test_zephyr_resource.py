@@ -2,8 +2,11 @@
 counters in the materialization's metadata."""
 
 import json
+import sys
 
 import dagster as dg
+import pydantic
+import pytest
 
 from marin_dagster.zephyr import Dataset, counters
 from resources.zephyr import ZephyrResource, zephyr_metadata
@@ -47,3 +50,44 @@ def test_resource_from_asset(tmp_path) -> None:
     assert any("zephyr 1/2" in m and "load_jsonl" in m and "1/1 shards" in m for m in lines), lines
     assert any("zephyr 2/2" in m and "2/2 shards" in m for m in lines), lines
     assert sorted(p.name for p in out.iterdir()) == ["part-00000.jsonl", "part-00001.jsonl"]
+
+
+@dg.asset
+def _noop(zephyr: ZephyrResource) -> None:
+    pass
+
+
+def _launch(backend: str, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    """A run that sets the resource's backend in its run config, as the launchpad does."""
+    return dg.materialize(
+        [_noop],
+        resources={"zephyr": ZephyrResource.configure_at_launch()},
+        run_config={"resources": {"zephyr": {"config": {"backend": backend}}}},
+        instance=instance,
+        raise_on_error=False,
+    )
+
+
+def test_a_backend_named_wrong_is_refused_before_the_run_starts() -> None:
+    with dg.instance_for_test() as instance:
+        with pytest.raises(dg.DagsterInvalidConfigError) as e:
+            _launch("rey", instance)
+    message = str(e.value)
+    assert "zephyr:config:backend" in message and "got rey" in message, message
+    assert all(name in message for name in ("local", "ray", "inline")), message
+    with pytest.raises(pydantic.ValidationError, match="'local', 'ray' or 'inline'"):
+        ZephyrResource(backend="rey")
+
+
+def test_ray_missing_is_said_when_the_resource_is_built(monkeypatch) -> None:
+    """Ray is installed here: `sys.modules["ray"] = None` makes every import of it fail, as
+    on a machine without it."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(pydantic.ValidationError, match=r"pip install 'marin-dagster\[ray\]'"):
+        ZephyrResource(backend="ray")
+    with dg.instance_for_test() as instance:
+        result = _launch("ray", instance)
+    assert not result.success
+    assert "pip install 'marin-dagster[ray]'" in str(result.all_events), result.all_events
+    # the local backends do not need it
+    assert ZephyrResource(backend="local").backend == "local"

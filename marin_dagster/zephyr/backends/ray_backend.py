@@ -22,6 +22,7 @@ from typing import Any
 import cloudpickle
 
 from marin_dagster.zephyr import shared
+from marin_dagster.zephyr.backends import RAY_MISSING
 from marin_dagster.zephyr.backends.base import (
     WorkerLost,
     dumps_task,
@@ -46,7 +47,7 @@ class RayBackend:
         try:
             import ray
         except ImportError:
-            raise ImportError("backend='ray' needs Ray: pip install 'marin-dagster[ray]'") from None
+            raise ImportError(RAY_MISSING) from None
         self._ray = ray
         if not ray.is_initialized():
             # RAY_ADDRESS is how Ray's own tools name a running cluster; ray.init() reads it
