@@ -23,18 +23,15 @@ UNENCODABLE_COUNTER = "dedup/document/unencodable"
 
 @dataclass(frozen=True)
 class DocumentHashes:
-    """Per document: `(128-bit normalized-text hash, node key)`."""
+    """Per document: `(128-bit normalized-text hash, node key)` of the whole text: a hash of
+    a prefix would call two documents that differ after it duplicates, and remove one."""
 
     text_key: str
     id_key: str
-    max_chars: int
 
     def __call__(self, source: SourceFile) -> Iterator[tuple[str, str]]:
         for doc in iter_docs(source, self.text_key, self.id_key):
             text = doc.text
-            if len(text) > self.max_chars:
-                counters.increment("dedup/document/truncated")
-                text = text[: self.max_chars]
             if has_unencodable(text):  # hashed with U+FFFD in their place (text.py)
                 counters.increment(UNENCODABLE_COUNTER)
             norm = normalize_for_exact(text)

@@ -44,6 +44,7 @@ DedupMode = Literal["exact", "paragraph", "fuzzy"]
 # a pair of Jaccard 0.85 with probability 0.975 (datasketch's balanced (0.5,
 # 0.5) gives 9 x 13 and 0.69). Verification removes the extra candidates.
 DEFAULT_LSH_WEIGHTS = (0.15, 0.85)
+MAX_CHARS = 500_000
 
 
 # The MinHash-LSH settings: the other modes hash whole documents or paragraphs.
@@ -96,7 +97,9 @@ class DedupConfig:
     # 128 permutations and threshold 0.8, a pair of Jaccard 0.7 gets an estimate of 0.9 or
     # more with probability 2e-8 (the binomial tail): no link joins documents that far apart.
     verify_margin: float = 0.1
-    max_chars: int = 500_000
+    # Fuzzy signs, and paragraph mode hashes the paragraphs of, a document's first max_chars
+    # characters; exact mode hashes every document whole.
+    max_chars: int = MAX_CHARS
     num_shards: int | None = None
     # Band entries are shuffled by partition of the bucket key; a reducer holds
     # one partition, about bands * documents / bucket_partitions entries.
@@ -135,6 +138,12 @@ class DedupConfig:
                     f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to "
                     f"mode='fuzzy', not {self.mode!r}: remove {'them' if len(given) > 1 else 'it'}"
                     ", or set mode='fuzzy'"
+                )
+            if self.mode == "exact" and self.max_chars != MAX_CHARS:
+                raise ValueError(
+                    "max_chars does nothing in mode='exact', which hashes every document whole "
+                    "(two documents equal in their first max_chars characters are not "
+                    "duplicates): remove it"
                 )
 
     def lsh_params(self) -> LSHParams:
@@ -284,9 +293,7 @@ def _find_duplicates(
     extra: dict[str, Any] = {}
     if config.mode in ("exact", "paragraph"):
         if config.mode == "exact":
-            hashes = files.flat_map(
-                DocumentHashes(config.text_key, config.id_key, config.max_chars)
-            )
+            hashes = files.flat_map(DocumentHashes(config.text_key, config.id_key))
             reducer = first_of_document_group
         else:
             hashes = files.flat_map(
@@ -423,10 +430,11 @@ def _summarize(
         "total": documents,
         "kept": total("kept"),
         "passed_through": counter("dedup/document/passed_through"),
-        "truncated": counter("dedup/document/truncated"),
         # Documents holding lone surrogates: hashed with U+FFFD in their place, written as read.
         "unencodable": counter("dedup/document/unencodable"),
     }
+    if config.mode != "exact":  # exact mode hashes whole documents
+        document["truncated"] = counter("dedup/document/truncated")
     if config.mode == "paragraph":
         document["emptied"] = total("documents_emptied")
         document["duplicates"] = 0

@@ -138,3 +138,16 @@ def test_deduplicated_refuses_fuzzy_settings_in_other_modes(mode):
     plain = deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode=mode)
     given = deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode=mode, threshold=0.8)
     assert plain.code_versions_by_key == given.code_versions_by_key
+
+
+def test_deduplicated_refuses_max_chars_in_exact_mode():
+    """Exact mode hashes every document whole: a limit there would only change the version."""
+    with pytest.raises(ValueError) as err:
+        deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode="exact", max_chars=50)
+    assert str(err.value).startswith("deduplicated('dedup/cfg'): max_chars does nothing in ")
+    assert "remove it" in str(err.value)
+    paragraph = deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode="paragraph")
+    limited = deduplicated(
+        "dedup/cfg", source=sample_corpus("raw/cfg"), mode="paragraph", max_chars=50
+    )
+    assert paragraph.code_versions_by_key != limited.code_versions_by_key

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from marin_dagster.dupekit import DedupConfig, deduplicate
+from marin_dagster.dupekit.pipeline import MAX_CHARS
 from tests.dupekit.corpus import read_jsonl_gz, write_jsonl_gz
 
 
@@ -62,7 +63,9 @@ def test_exact_finds_every_identical_milton_pair(
 
 
 def test_exact_edge_cases(tmp_path):
-    """Case/whitespace-only differences, empty docs, missing ids, truncation, the first id wins."""
+    """Case/whitespace-only differences, empty docs, missing ids, long documents hashed whole,
+    the first id wins."""
+    head = "x" * MAX_CHARS
     write_jsonl_gz(
         str(tmp_path / "in/a.jsonl.gz"),
         [
@@ -71,7 +74,8 @@ def test_exact_edge_cases(tmp_path):
             {"id": "e1", "text": ""},
             {"id": "e2", "text": "   \n "},
             {"id": 10, "text": "numbers"},
-            {"id": "long-1", "text": "x" * 50 + "tail one"},
+            {"id": "long-1", "text": head + "tail one"},
+            {"id": "long-3", "text": head + "tail two"},
         ],
     )
     write_jsonl_gz(
@@ -80,27 +84,28 @@ def test_exact_edge_cases(tmp_path):
             {"id": "a", "text": "hello world"},
             {"id": 9, "text": "numbers"},
             {"id": "c", "text": "no id here"},
-            {"id": "long-2", "text": "x" * 50 + "tail two"},
+            {"id": "long-2", "text": head + "tail one"},
         ],
     )
     out = str(tmp_path / "out")
     result = deduplicate(
         str(tmp_path / "in/**/*.jsonl.gz"),
         out,
-        DedupConfig(mode="exact", max_chars=50),
+        DedupConfig(mode="exact"),
         max_workers=1,
         backend="inline",
     )
     attrs = [r for p in result.attributes for r in read_jsonl_gz(p)]
     dup = {r["id"]: r["cluster_id"] for r in attrs if r["duplicate"]}
     # "a" < "b"; 9 < 10 (integers numerically, not as strings); the generated id
-    # "a.jsonl.gz#1" < "c"; truncated to 50 characters, the two long ones are equal.
+    # "a.jsonl.gz#1" < "c"; of the long ones, equal in their first MAX_CHARS characters
+    # (fuzzy's limit), only the copy is a duplicate.
     assert dup == {"b": "a", 10: 9, "c": "a.jsonl.gz#1", "long-2": "long-1"}
     docs = [r for p in result.documents for r in read_jsonl_gz(p)]
     assert {"text": "no id here", "id": "a.jsonl.gz#1"} in docs
     assert {r["id"] for r in docs} >= {"e1", "e2"}  # empty documents pass through
     assert result.counts["document"]["passed_through"] == 2
-    assert result.counts["document"]["truncated"] == 2
+    assert "truncated" not in result.counts["document"]
     assert [os.path.relpath(p, out) for p in result.documents] == [
         "documents/a.jsonl.gz",
         "documents/sub/b.jsonl.gz",
