@@ -9,8 +9,9 @@ lists an asset below it gets a sensor (`assets/sensors.py`) that requests
 a run of those assets when files are added, changed or deleted.
 
 `folder_corpus` turns the folder's text files into JSONL shards
-`{id, text, source}` (id: the file's path relative to the folder). Its version
-holds the folder's path, not its content: a materialization (the sensor's runs,
+`{id, text, source}` (id: the file's path relative to the folder; source: the
+folder as written). Its version holds the folder as the experiment wrote it
+(a relative folder names the same step in any clone), not its content: a materialization (the sensor's runs,
 by hand, `python exp.py`) rebuilds it, and the steps after it whose inputs change,
 when the files differ from those it was built from.
 """
@@ -40,12 +41,17 @@ from marin_dagster.execution.asset import (
     step_for,
     versioned_asset,
 )
-from marin_dagster.execution.version import StepConfig, compute_version
+from marin_dagster.execution.version import StepConfig, compute_version, unversioned
 from marin_dagster.iris import ResourceConfig
 
 
 class WatchedFolderConfig(StepConfig):
-    path: str
+    source: str
+    """The folder as the experiment wrote it (relative, `~` or absolute)."""
+    path: str = unversioned()
+    """The folder resolved at load time against this machine's working folder and home: the
+    same relative or `~` folder in another clone or account is the same step, so it is not in
+    the version (the corpus records the files it read, and rebuilds when they differ)."""
 
 
 WATCHED_KIND = "watched_folder"
@@ -60,7 +66,7 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
         )
     folder = os.path.abspath(os.path.expanduser(path))
     key = asset_key(name, WATCHED_KIND)
-    config = WatchedFolderConfig(path=folder)
+    config = WatchedFolderConfig(source=path, path=folder)
     version = compute_version(WATCHED_KIND, config, {})
     spec = dg.AssetSpec(
         key=key,
@@ -98,6 +104,9 @@ def watched_folder(name: str, path: str, description: str = "") -> dg.AssetsDefi
 
 class FolderCorpusConfig(StepConfig):
     folder: str
+    """The watched folder as the experiment wrote it: each document's `source`."""
+    path: str = unversioned()
+    """The folder resolved at load time (`WatchedFolderConfig.path`)."""
     pattern: str = "*"
     """fnmatch pattern on the path relative to the folder; dotfiles, editor backups (`name~`) and
     interrupted writes are always left out, as the watcher leaves them out."""
@@ -110,10 +119,10 @@ def _folder_files(config: FolderCorpusConfig) -> list[str]:
     import fnmatch
 
     out = []
-    for root, dirs, files in os.walk(config.folder):
+    for root, dirs, files in os.walk(config.path):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
-            rel = os.path.relpath(os.path.join(root, name), config.folder).replace(os.sep, "/")
+            rel = os.path.relpath(os.path.join(root, name), config.path).replace(os.sep, "/")
             if not ignored(rel) and fnmatch.fnmatch(rel, config.pattern):
                 out.append(rel)
     return sorted(out)
@@ -147,27 +156,27 @@ def _jsonl_documents(
 def _nothing_to_build(config: FolderCorpusConfig) -> str | None:
     # An empty inbox is not built (nor, so, the steps after it): not a failure, and not an
     # empty corpus that fails two steps later. "Materialize all" then builds the rest.
-    if not os.path.isdir(config.folder):
+    if not os.path.isdir(config.path):
         return (
-            f"the watched folder {config.folder} does not exist (or is not a folder); create "
+            f"the watched folder {config.path} does not exist (or is not a folder); create "
             "it and put text files there, or point watched_folder(...) at it"
         )
     if not _folder_files(config):
         return (
-            f"no files under {config.folder} match pattern {config.pattern!r} (dotfiles and "
+            f"no files under {config.path} match pattern {config.pattern!r} (dotfiles and "
             "temporary files are left out); add files there or change `pattern`"
         )
     return None
 
 
 def _folder_content(config: FolderCorpusConfig) -> dict[str, str]:
-    """The hash of the files the corpus reads. Not in the version, which holds the folder's
-    path: recorded with SUCCESS, so a changed folder rebuilds the corpus (and, its data
+    """The hash of the files the corpus reads. Not in the version, which holds the folder as
+    written: recorded with SUCCESS, so a changed folder rebuilds the corpus (and, its data
     version changed, the steps after it) instead of skipping on the old files' output."""
     digests = {}
-    for rel in _folder_files(config) if os.path.isdir(config.folder) else []:
+    for rel in _folder_files(config) if os.path.isdir(config.path) else []:
         try:
-            digests[rel] = file_sha256(os.path.join(config.folder, rel))
+            digests[rel] = file_sha256(os.path.join(config.path, rel))
         except FileNotFoundError:  # deleted since it was listed: not part of this build
             continue
     return {"watched folder": content_hash(digests)}
@@ -179,7 +188,7 @@ def _run_folder_corpus(
     rels = _folder_files(config)
     digests, docs = {}, []
     for rel in rels:
-        path = os.path.join(config.folder, rel)
+        path = os.path.join(config.path, rel)
         with open(path, "rb") as f:
             data = f.read()
         try:
@@ -199,7 +208,7 @@ def _run_folder_corpus(
             docs.append({"id": rel, "text": text, "source": config.folder})
     if not any(d["text"].strip() for d in docs):
         raise ValueError(
-            f"folder_corpus: the {len(rels)} file(s) under {config.folder} hold no text "
+            f"folder_corpus: the {len(rels)} file(s) under {config.path} hold no text "
             f"({', '.join(rels[:5])}{', ...' if len(rels) > 5 else ''}); add text to them"
         )
     for index in range(config.num_shards):
@@ -208,12 +217,12 @@ def _run_folder_corpus(
         )
         target = fs.join(output_path, f"part-{index:05d}.jsonl.gz")
         fs.write_bytes(target, gzip.compress(lines.encode("utf-8"), mtime=0))
-    step.log.info(f"{len(docs)} documents from {config.folder}")
+    step.log.info(f"{len(docs)} documents from {config.path}")
     return {
         "documents": len(docs),
         "text_bytes": sum(len(d["text"].encode()) for d in docs),
         "content_hash": content_hash(digests),
-        "folder": dg.MetadataValue.path(config.folder),
+        "folder": dg.MetadataValue.path(config.path),
     }
 
 
@@ -231,7 +240,9 @@ def folder_corpus(
             f"folder_corpus({name!r}): source {folder_step.name} is a {folder_step.kind}, "
             "not a watched_folder"
         )
-    cfg = FolderCorpusConfig(folder=folder_step.config.path, **config)
+    cfg = FolderCorpusConfig(
+        folder=folder_step.config.source, path=folder_step.config.path, **config
+    )
     built = versioned_asset(
         name=name,
         kind="folder_corpus",
@@ -239,7 +250,7 @@ def folder_corpus(
         run=_run_folder_corpus,
         nothing_to_build=_nothing_to_build,
         source_state=_folder_content,
-        description=f"The text files under {cfg.folder} as JSONL documents.",
+        description=f"The text files under {cfg.path} as JSONL documents.",
         kinds=("json",),
         resources=resources,
     )

@@ -3,6 +3,8 @@ build (skipped, with what follows, naming why); files with no text fail at the s
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -15,7 +17,12 @@ from resources.zephyr import ZephyrResource
 
 def _materialize(folder: str, prefix: str, **config) -> tuple[dg.ExecuteInProcessResult, str]:
     inbox = watched_folder("raw/inbox", folder)
-    corpus = folder_corpus("raw/inbox_corpus", source=inbox, **config)
+    return _materialize_assets(folder_corpus("raw/inbox_corpus", source=inbox, **config), prefix)
+
+
+def _materialize_assets(
+    corpus: dg.AssetsDefinition, prefix: str
+) -> tuple[dg.ExecuteInProcessResult, str]:
     storage = StorageResource(prefix=prefix)
     with dg.instance_for_test() as instance:
         result = dg.materialize(
@@ -180,3 +187,42 @@ def test_editor_backups_are_not_read_as_documents(tmp_path):
     with open(f"{output}/part-00000.jsonl.gz", "rb") as f:
         ids = [json.loads(line)["id"] for line in gzip.decompress(f.read()).splitlines()]
     assert ids == ["notes.txt"]
+
+
+def test_a_relative_folder_keeps_its_versions_wherever_the_checkout_lies(
+    tmp_path, monkeypatch
+) -> None:
+    """The same experiment in two clones: the folder as written is in the versions, the
+    folder it resolves to is not (it used to be, so a moved checkout rebuilt everything below
+    its inbox). Each clone still reads its own files, and the documents name the folder as
+    written, as the version does."""
+    import gzip
+
+    from assets import deduplicated
+
+    outputs = []
+    for clone in ("one", "two"):
+        root = tmp_path / clone
+        (root / "data" / "inbox").mkdir(parents=True)
+        (root / "data" / "inbox" / "a.jsonl").write_text(f'{{"text": "a document in {clone}"}}\n')
+        monkeypatch.chdir(root)
+        inbox = watched_folder("raw/inbox", "./data/inbox")
+        corpus = folder_corpus("raw/inbox_corpus", source=inbox)
+        clean = deduplicated("dedup/inbox", source=corpus, mode="exact")
+        assert step_for(inbox).config.path == str(root / "data" / "inbox")
+        versions = [step_for(a).version for a in (inbox, corpus, clean)]
+        monkeypatch.chdir(tmp_path)  # the run starts elsewhere: the path was resolved at load
+        result, output = _materialize_assets(corpus, str(root / "data"))
+        assert result.success
+        with open(f"{output}/part-00000.jsonl.gz", "rb") as f:
+            (doc,) = [json.loads(line) for line in gzip.decompress(f.read()).splitlines()]
+        assert doc == {
+            "id": "a.jsonl:1",
+            "text": f"a document in {clone}",
+            "source": "./data/inbox",
+        }
+        outputs.append(versions)
+    assert outputs[0] == outputs[1]
+    # a different folder is a different step
+    other = watched_folder("raw/inbox", "./data/other")
+    assert step_for(other).version != outputs[0][0]
