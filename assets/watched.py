@@ -18,12 +18,14 @@ when the files differ from those it was built from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
+import hashlib
 import json
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -31,7 +33,7 @@ import pydantic
 
 from marin_dagster import fs
 from marin_dagster.datasets.digests import file_sha256
-from marin_dagster.datasets.watch import content_hash, file_digest, folder_state, ignored
+from marin_dagster.datasets.watch import content_hash, folder_state, ignored
 from marin_dagster.execution.asset import (
     VERSION_TAG,
     Step,
@@ -128,29 +130,56 @@ def _folder_files(config: FolderCorpusConfig) -> list[str]:
     return sorted(out)
 
 
-def _jsonl_documents(
-    path: str, rel: str, text: str, config: FolderCorpusConfig
-) -> list[dict[str, Any]]:
-    """A JSONL file's records as documents (`{rel}:{line}` ids), naming the line of a bad one."""
-    docs = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as e:
-            raise ValueError(
-                f"{path}:{number}: not a JSON record ({e}); fix or remove the line"
-            ) from None
-        value = record.get(config.text_key) if isinstance(record, dict) else None
-        if not isinstance(value, str):
-            raise ValueError(
-                f"{path}:{number}: no string field {config.text_key!r} (fields: "
-                f"{sorted(record) if isinstance(record, dict) else type(record).__name__}); "
-                "set text_key= on folder_corpus to the field holding the text"
-            )
-        docs.append({"id": f"{rel}:{number}", "text": value, "source": config.folder})
-    return docs
+def _not_utf8(path: str, line: int, column: int) -> ValueError:
+    return ValueError(
+        f"{path}:{line}: byte {column} of the line is not UTF-8; folder_corpus reads UTF-8 "
+        "text files: convert it or narrow `pattern`"
+    )
+
+
+def _jsonl_record(path: str, number: int, line: str, config: FolderCorpusConfig) -> str:
+    """The text of line `number` of a JSONL file, naming the line when it has none."""
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise ValueError(
+            f"{path}:{number}: not a JSON record ({e}); fix or remove the line"
+        ) from None
+    value = record.get(config.text_key) if isinstance(record, dict) else None
+    if not isinstance(value, str):
+        raise ValueError(
+            f"{path}:{number}: no string field {config.text_key!r} (fields: "
+            f"{sorted(record) if isinstance(record, dict) else type(record).__name__}); "
+            "set text_key= on folder_corpus to the field holding the text"
+        )
+    return value
+
+
+def _file_documents(
+    path: str, rel: str, config: FolderCorpusConfig, digest: Any
+) -> Iterator[tuple[str, str]]:
+    """`(id, text)` for each document of one file, read line by line for `.jsonl` (a dump of
+    gigabytes is never held whole), feeding `digest` the bytes read."""
+    with open(path, "rb") as f:
+        if not rel.endswith(".jsonl"):
+            data = f.read()
+            digest.update(data)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                line = data.count(b"\n", 0, e.start) + 1
+                raise _not_utf8(path, line, e.start - (data.rfind(b"\n", 0, e.start) + 1)) from e
+            if text.strip():
+                yield rel, text
+            return
+        for number, raw in enumerate(f, 1):
+            digest.update(raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _not_utf8(path, number, e.start) from e
+            if line.strip():
+                yield f"{rel}:{number}", _jsonl_record(path, number, line, config)
 
 
 def _nothing_to_build(config: FolderCorpusConfig) -> str | None:
@@ -186,41 +215,40 @@ def _run_folder_corpus(
     config: FolderCorpusConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
     rels = _folder_files(config)
-    digests, docs = {}, []
-    for rel in rels:
-        path = os.path.join(config.path, rel)
-        with open(path, "rb") as f:
-            data = f.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = data.count(b"\n", 0, e.start) + 1
-            column = e.start - (data.rfind(b"\n", 0, e.start) + 1)
+    digests: dict[str, str] = {}
+    documents = text_bytes = 0
+    any_text = False
+    with contextlib.ExitStack() as stack:
+        # Documents go round-robin to the shards as they are read: memory holds one document,
+        # not the folder. Each shard appears only when every file was read.
+        shards = []
+        for index in range(config.num_shards):
+            target = fs.join(output_path, f"part-{index:05d}.jsonl.gz")
+            out = stack.enter_context(fs.atomic_write(target))
+            shards.append(
+                stack.enter_context(gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0))
+            )
+        for rel in rels:
+            path = os.path.join(config.path, rel)
+            digest = hashlib.sha256()
+            for doc_id, text in _file_documents(path, rel, config, digest):
+                line = json.dumps(
+                    {"id": doc_id, "text": text, "source": config.folder}, ensure_ascii=False
+                )
+                shards[documents % config.num_shards].write((line + "\n").encode("utf-8"))
+                documents += 1
+                text_bytes += len(text.encode("utf-8"))
+                any_text = any_text or (bool(text) and not text.isspace())
+            digests[rel] = digest.hexdigest()
+        if not any_text:
             raise ValueError(
-                f"{path}:{line}: byte {column} of "
-                "the line is not UTF-8; folder_corpus reads UTF-8 text files: convert it or "
-                "narrow `pattern`"
-            ) from e
-        digests[rel] = file_digest(path)
-        if rel.endswith(".jsonl"):
-            docs.extend(_jsonl_documents(path, rel, text, config))
-        elif text.strip():
-            docs.append({"id": rel, "text": text, "source": config.folder})
-    if not any(d["text"].strip() for d in docs):
-        raise ValueError(
-            f"folder_corpus: the {len(rels)} file(s) under {config.path} hold no text "
-            f"({', '.join(rels[:5])}{', ...' if len(rels) > 5 else ''}); add text to them"
-        )
-    for index in range(config.num_shards):
-        lines = "".join(
-            json.dumps(d, ensure_ascii=False) + "\n" for d in docs[index :: config.num_shards]
-        )
-        target = fs.join(output_path, f"part-{index:05d}.jsonl.gz")
-        fs.write_bytes(target, gzip.compress(lines.encode("utf-8"), mtime=0))
-    step.log.info(f"{len(docs)} documents from {config.path}")
+                f"folder_corpus: the {len(rels)} file(s) under {config.path} hold no text "
+                f"({', '.join(rels[:5])}{', ...' if len(rels) > 5 else ''}); add text to them"
+            )
+    step.log.info(f"{documents} documents from {config.path}")
     return {
-        "documents": len(docs),
-        "text_bytes": sum(len(d["text"].encode()) for d in docs),
+        "documents": documents,
+        "text_bytes": text_bytes,
         "content_hash": content_hash(digests),
         "folder": dg.MetadataValue.path(config.path),
     }

@@ -4,6 +4,7 @@ build (skipped, with what follows, naming why); files with no text fail at the s
 from __future__ import annotations
 
 import json
+import os
 
 import dagster as dg
 import pytest
@@ -226,3 +227,54 @@ def test_a_relative_folder_keeps_its_versions_wherever_the_checkout_lies(
     # a different folder is a different step
     other = watched_folder("raw/inbox", "./data/other")
     assert step_for(other).version != outputs[0][0]
+
+
+def test_a_jsonl_line_that_is_not_utf8_is_named(tmp_path):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_bytes(b'{"text": "one"}\r\n{"text": "tw\xff"}\n')
+    result, _ = _materialize(str(inbox), str(tmp_path / "data"))
+    assert f"{inbox / 'a.jsonl'}:2: byte 12 of the line is not UTF-8" in _failure_message(result)
+
+
+def test_a_bad_line_in_the_last_file_leaves_no_shard(tmp_path):
+    """Shards are written while the files are read; one that fails at the end of the folder
+    leaves no shard, finished or not, and the status FAILED."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(100)))
+    (inbox / "b.jsonl").write_text('{"text": "fine"}\n\n{"txt": "no text field"}\n')
+    result, output = _materialize(str(inbox), str(tmp_path / "data"), num_shards=3)
+    message = _failure_message(result)
+    assert f"{inbox / 'b.jsonl'}:3: no string field 'text'" in message
+    assert read_status(output).status == StepStatus.FAILED
+    assert [p for p in os.listdir(output) if "part-" in p] == []
+
+
+def test_a_large_jsonl_file_is_never_held_whole(tmp_path):
+    """A dump of gigabytes dropped in the inbox used to be read whole, decoded whole and held
+    as documents before any shard was written: three copies of it in memory. Here a 32 MB
+    file is built while Python's allocations stay under a fifth of it (tracemalloc counts
+    every allocation Python makes, Dagster's included)."""
+    import gzip
+    import tracemalloc
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    line = json.dumps({"text": "word " * 200}) + "\n"
+    count = 32_000_000 // len(line)
+    with open(inbox / "dump.jsonl", "w") as f:
+        f.writelines(line for _ in range(count))
+    tracemalloc.start()
+    try:
+        result, output = _materialize(str(inbox), str(tmp_path / "data"), num_shards=2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.success
+    assert peak < 6_400_000, f"peak {peak / 1e6:.1f} MB"
+    lines = 0
+    for index in range(2):
+        with gzip.open(os.path.join(output, f"part-{index:05d}.jsonl.gz")) as f:
+            lines += sum(1 for _ in f)
+    assert lines == count
