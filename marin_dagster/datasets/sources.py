@@ -200,7 +200,9 @@ def _classify(source: str) -> tuple[str, str]:
         return "local", path
     if source.startswith((".", "~")) or _has_glob(source):
         return "local", path
-    if _HUB_ID.fullmatch(source.split("@")[0]):
+    # `src/notes.jsonl` has a hub id's shape; a name that says a data file is a path (hub
+    # ids name repositories), and its error is "no such file", not an unreachable hub.
+    if _HUB_ID.fullmatch(source.split("@")[0]) and not format_of(source):
         return "hub", source
     return "local", path
 
@@ -469,7 +471,7 @@ def _resolve_local(spec: SourceSpec) -> ResolvedSource:
         base, paths, where = os.path.dirname(path), [path], f"at {path}"
     else:
         hint = ""
-        if _HUB_ID.fullmatch(spec.given):
+        if _HUB_ID.fullmatch(spec.given) and not format_of(spec.given):
             hint = " (a hub dataset id is written owner/name; this one was not found locally)"
         raise SourceError(
             spec.given,

@@ -572,3 +572,23 @@ def test_a_copy_the_disk_refuses_blames_the_disk_not_the_source(tmp_path):
     assert said.startswith("OSError") and "File too large" in said, said
     assert str(out / "corpus.jsonl.tmp-partial") in said and "make room" in said, said
     assert "broke off" not in said
+
+
+def test_a_relative_data_file_that_is_missing_is_no_such_file_not_a_hub_id(tmp_path, monkeypatch):
+    """`src/notes.jsonl` has the shape of a hub id (owner/name): taken for one, a typo in
+    the folder gave "the hub at https://huggingface.co is unreachable" on this machine."""
+    monkeypatch.chdir(tmp_path)
+    for source in ("src/notes.jsonl", "src/notes.csv.gz", "data/train.parquet"):
+        spec = parse_source(source)
+        assert (spec.kind, spec.location) == ("local", str(tmp_path / source))
+        with pytest.raises(SourceError) as err:
+            resolve(spec)
+        assert str(err.value) == (
+            f"dataset source {source!r}: no such file or folder: {tmp_path / source}; check "
+            f"the path (relative paths are relative to {tmp_path})"
+        )
+    # a hub id stays one (a folder of that name here would win)
+    assert parse_source("someone/corpus").kind == "hub"
+    (tmp_path / "src" / "notes.jsonl").parent.mkdir()
+    (tmp_path / "src" / "notes.jsonl").write_text('{"text": "here"}\n')
+    assert len(resolve(parse_source("src/notes.jsonl")).files) == 1
