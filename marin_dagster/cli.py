@@ -308,11 +308,11 @@ def _size(text: str) -> int:
 
 
 def _print_views(service: Any) -> None:
-    tables = (
-        ", ".join(f'"{t["name"]}"' for t in service.tables()) or "none (materialize an asset first)"
+    unavailable = service.unavailable()
+    tables = ", ".join(f'"{t["name"]}"' for t in service.tables()) or (
+        "none" if unavailable else "none (materialize an asset first)"
     )
     sys.stderr.write(f"views: {tables}\n")
-    unavailable = service.unavailable()
     if unavailable:
         names = ", ".join(f'"{name}"' for name in unavailable)
         sys.stderr.write(f"unavailable (see the warnings above): {names}\n")

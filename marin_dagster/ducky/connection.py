@@ -8,6 +8,7 @@ registered on the connection (`con.register_filesystem`), not httpfs.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +18,8 @@ import pyarrow as pa
 
 from marin_dagster import fs
 from marin_dagster.ducky.catalog import CSV, JSONL, PARQUET, TOKEN_CACHE, Dataset
+from marin_dagster.execution.origins import note_origins
+from marin_dagster.zephyr.readers import InputError, iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +107,38 @@ def add_view(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> None:
 def view_error(dataset: Dataset, error: Exception) -> str:
     """Why the view of `dataset` cannot be made, in one line, and what to do."""
     first = str(error).strip().split("\n")[0].strip().rstrip(".")
+    if dataset.format == JSONL:
+        first = _bad_json_line(first) or first
+    where = f"cannot read {dataset.path} ({dataset.format}, {len(dataset.files)} files): {first}"
+    # A copy of the user's file (dataset()'s output) is fixed at its source; the same version
+    # rebuilt would skip, or copy the same bytes.
+    copied = ValueError(first)
+    note_origins(copied, {"view": dataset.path}, {"view": dataset.name})
+    if getattr(copied, "__notes__", None):
+        return f"{where}. {copied.__notes__[0]}"
     return (
-        f"cannot read {dataset.path} ({dataset.format}, {len(dataset.files)} files): {first}; "
-        f"fix or remove the file named, or rematerialize {dataset.name}"
+        f"{where}; fix or remove the file named, or rebuild {dataset.name} (materialize it "
+        "with op config force: true)"
     )
+
+
+_MALFORMED = re.compile(r'Malformed JSON in file "([^"]+)"')
+
+
+def _bad_json_line(message: str) -> str | None:
+    """Our reader's account of the first bad line of the file DuckDB names: DuckDB counts
+    the line where it noticed (a string left open reads on into the next line)."""
+    match = _MALFORMED.search(message)
+    if match is None:
+        return None
+    bad: list[InputError] = []
+    try:
+        for _ in iter_jsonl(match.group(1), bad=bad):
+            if bad:
+                break
+    except (InputError, OSError):
+        return None
+    return str(bad[0]) if bad else None
 
 
 def connect(

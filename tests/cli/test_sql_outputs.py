@@ -180,7 +180,7 @@ def test_one_view_that_cannot_be_built_does_not_stop_the_others(
     assert code == 1
     line = next(x for x in err.splitlines() if x.startswith("marin sql: "))
     assert f'the view "{RAW}" is unavailable' in line, err
-    assert "part-00000-of-00002.jsonl.gz" in line and f"rematerialize {RAW}" in line, err
+    assert "part-00000-of-00002.jsonl.gz" in line and f"rebuild {RAW} (materialize" in line, err
     assert f'unavailable (see the warnings above): "{RAW}"' in err
 
 

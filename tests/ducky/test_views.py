@@ -277,7 +277,8 @@ def test_an_output_that_cannot_be_read_is_unavailable_not_fatal(tmp_path, corpus
     assert list(unavailable) == ["raw/garbage"]
     assert (
         f"{broken}/a.jsonl" in unavailable["raw/garbage"]
-        and "rematerialize raw/garbage" in (unavailable["raw/garbage"])
+        and "rebuild raw/garbage (materialize it with op config force: true)"
+        in unavailable["raw/garbage"]
     )
     assert con.execute('SELECT count(*) FROM "raw/good"').fetchone() == (40,)
 
@@ -301,3 +302,26 @@ def test_queries_on_gs_leave_no_reader_task_behind(gcs_prefix, corpus_records, c
             del con
         gc.collect()
     assert not [r for r in caplog.records if "destroyed" in r.getMessage()]
+
+
+def test_a_broken_line_in_a_copy_is_named_by_its_line_and_its_original(tmp_path):
+    """DuckDB read an open string on into the next line and named that one (line 3 for
+    line 2), named the copy, and advised rematerializing it, which skips: the view's error
+    now gives the bad line as the reader counts it and the file to fix, the original."""
+    from marin_dagster.execution.origins import write_origins
+
+    prefix = str(tmp_path / "data")
+    lines = b'{"text": "fine"}\n{"text": "left open\n{"text": "fine again"}\n'
+    copy = write_output(prefix, "raw/notes", "dddddddd", {"notes.jsonl": lines})
+    write_origins(copy, {"notes.jsonl": "/home/someone/notes.jsonl"})
+    (dataset,) = resolve_catalog(prefix, [AssetEntry("raw/notes", "k", "dddddddd")])
+    unavailable: dict[str, str] = {}
+    connect([dataset], prefix, unavailable)
+    reason = unavailable["raw/notes"]
+    assert f"{copy}/notes.jsonl: line 2: invalid JSON" in reason, reason
+    assert "line 3" not in reason
+    assert (
+        f"{copy}/notes.jsonl is raw/notes's copy of /home/someone/notes.jsonl: a fix belongs "
+        "there, not in the copy"
+    ) in reason
+    assert "rebuild" not in reason
