@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +13,9 @@ import dagster as dg
 
 from marin_dagster.execution.asset import FORCE_TAG, upstream_closure
 from marin_dagster.execution.instance import persistent_instance
+
+_NAME = re.compile(r"[A-Za-z0-9_]+")
+_NAME_FIX = re.compile(r"[^A-Za-z0-9_]+")
 
 
 @dataclasses.dataclass
@@ -19,6 +25,32 @@ class Experiment:
     name: str
     leaves: Sequence[dg.AssetsDefinition]
     description: str = ""
+
+    def __post_init__(self) -> None:
+        # Checked here: Dagster refuses such a name only when a location loads, so
+        # `python exp.py` ran while every `dagster ... -f exp.py` failed.
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(
+                f"Experiment({self.name!r}): the name becomes the Dagster asset group and the "
+                f"job `{self.name}_job`, so it holds letters, digits and '_' only "
+                f"(e.g. {_NAME_FIX.sub('_', str(self.name)).strip('_') or 'my_experiment'!r})"
+            )
+        if isinstance(self.leaves, dg.AssetsDefinition) or not isinstance(self.leaves, Sequence):
+            raise TypeError(
+                f"Experiment({self.name!r}): leaves must list the steps to build, e.g. "
+                f"`leaves=[tokens]`; got {type(self.leaves).__name__}"
+            )
+        if not self.leaves:
+            raise ValueError(
+                f"Experiment({self.name!r}): leaves is empty, so its job would build nothing; "
+                "list the last steps to build (everything they need comes along)"
+            )
+        try:
+            upstream_closure(self.leaves)
+        except (TypeError, ValueError) as e:
+            if type(e) not in (TypeError, ValueError):
+                raise  # its own kind (DuplicateAssetError), already naming both definitions
+            raise type(e)(f"Experiment({self.name!r}): {e}") from None
 
     @property
     def job_name(self) -> str:
@@ -47,7 +79,21 @@ class Experiment:
         """Like Marin's `executor_main`: run in this process against the persistent instance.
 
         `resources` override the local ones by key (`{"zephyr": ZephyrResource(backend="ray")}`
-        runs the data steps on Ray and keeps the local storage, Levanter and the rest)."""
+        runs the data steps on Ray and keeps the local storage, Levanter and the rest).
+        Called by the script Python runs, it takes `executor_main`'s flags (`python exp.py
+        --dry_run`, `--prefix`, `--run_only`, `--force_run_failed`); they used to be ignored,
+        and a dry run built everything."""
+        flags = _script_flags()
+        if flags:
+            if resources or instance is not None or force:
+                raise ValueError(
+                    f"Experiment({self.name!r}).materialize(): the command line's flags "
+                    f"({' '.join(flags)}) run it as executor_main does, which takes no "
+                    "resources, instance or force; drop those arguments or the flags"
+                )
+            from marin_dagster.marin import executor_main
+
+            return executor_main(steps=self.leaves, description=self.description, argv=flags)
         from resources import local_resources
 
         return dg.materialize(
@@ -58,3 +104,13 @@ class Experiment:
             resources={**local_resources(), **(resources or {})},
             tags={FORCE_TAG: "true"} if force else None,
         )
+
+
+def _script_flags() -> list[str]:
+    """The command line's flags when `materialize`'s caller is the script Python runs
+    (`python exp.py --dry_run`); none when it is imported, a notebook's or a test's."""
+    caller = sys._getframe(2).f_globals
+    file = caller.get("__file__")
+    if len(sys.argv) < 2 or caller.get("__name__") != "__main__" or not file:
+        return []
+    return sys.argv[1:] if os.path.abspath(file) == os.path.abspath(sys.argv[0]) else []

@@ -19,7 +19,13 @@ import dagster as dg
 from dagster.components.definitions import LazyDefinitions
 
 from assets.experiment import Experiment
-from marin_dagster.execution.asset import DuplicateAssetError, Step, caller_frame, upstream_closure
+from marin_dagster.execution.asset import (
+    DuplicateAssetError,
+    Step,
+    caller_frame,
+    check_op_names,
+    upstream_closure,
+)
 
 LOADER = "marin_definitions"
 
@@ -44,6 +50,7 @@ def build_definitions(experiments: list[Experiment]) -> dg.Definitions:
                 continue
             owners[step.name] = (step, experiment.name)
             asset_defs[key] = step.asset.with_attributes(group_names_by_key={key: experiment.name})
+    check_op_names(step for step, _ in owners.values())
     resources = local_resources()
     return dg.Definitions(
         assets=list(asset_defs.values()),

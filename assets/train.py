@@ -33,7 +33,8 @@ from marin_dagster.tokenize.tokenizer import (
 
 
 def _tokenizer_of(factory: str, name: str, asset: dg.AssetsDefinition) -> Step:
-    step = step_for(asset)
+    with defining(factory, name):
+        step = step_for(asset, "dataset")
     if "tokenizer" not in step.upstream:
         raise ValueError(
             f"{factory}({name!r}): datasets must be tokenized(...) assets; "
@@ -161,6 +162,11 @@ def train_lm(
     enters the step's version. Evaluation reads the validation split of `evals` (tokenized
     assets with the same tokenizer), by default of the training datasets.
     """
+    if not isinstance(datasets, Mapping):
+        raise TypeError(
+            f"train_lm({name!r}): datasets must map tokenized assets to their weights, e.g. "
+            f"datasets={{tokens: 1.0}}; got {type(datasets).__name__}"
+        )
     if not datasets:
         raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_asset: weight}}")
     tokenizer_step = _tokenizer_step(name, {**datasets, **dict.fromkeys(evals or (), 1.0)})
@@ -249,7 +255,8 @@ def evaluate(
     **config: Any,
 ) -> dg.AssetsDefinition:
     """Eval loss, perplexity and bits per byte of a checkpoint on tokenized datasets."""
-    trained = step_for(checkpoint)
+    with defining("evaluate", name):
+        trained = step_for(checkpoint, "checkpoint")
     if trained.kind != "train_lm":
         raise ValueError(
             f"evaluate({name!r}): checkpoint must be a train_lm(...) asset; "

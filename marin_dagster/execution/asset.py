@@ -15,7 +15,7 @@ import logging
 import re
 import shlex
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -258,10 +258,17 @@ def is_registered(asset: Any) -> bool:
     return id(asset) in _STEPS and _STEPS[id(asset)].asset is asset
 
 
-def step_for(asset: Any) -> Step:
-    """The step behind a factory's asset, or behind a Marin `ExecutorStep` (lowered)."""
+def step_for(asset: Any, role: str = "") -> Step:
+    """The step behind a factory's asset, or behind a Marin `ExecutorStep` (lowered).
+    `role` (an argument's name) goes into the error when `asset` is no step at all."""
     if not isinstance(asset, dg.AssetsDefinition) and hasattr(asset, "as_asset"):
         asset = asset.as_asset()
+    if not isinstance(asset, dg.AssetsDefinition):
+        raise TypeError(
+            f"{role + ' ' if role else ''}{asset!r} ({type(asset).__name__}) is not a step: "
+            "pass what a factory returned (`notes = dataset(...)`, then `source=notes`); "
+            "a file or folder becomes a step with `dataset(name, path)`"
+        )
     try:
         return _STEPS[id(asset)]
     except KeyError:
@@ -289,8 +296,25 @@ def upstream_closure(leaves: Sequence[dg.AssetsDefinition]) -> list[Step]:
         seen[step.name] = step
 
     for leaf in leaves:
-        visit(step_for(leaf))
+        visit(step_for(leaf, "leaf"))
+    check_op_names(seen.values())
     return list(seen.values())
+
+
+def check_op_names(steps: Iterable[Step]) -> None:
+    """Dagster names an asset's op after its key, with '-' and '.' read as '_': two steps
+    named so (raw/a-b, raw/a_b) are one node to it, and the location fails to load naming
+    neither definition."""
+    ops: dict[str, Step] = {}
+    for step in steps:
+        op = step.asset.key.to_python_identifier()
+        first = ops.setdefault(op, step)
+        if first.name != step.name:
+            raise ValueError(
+                f"asset names {first.name!r} (at {first.defined_at}) and {step.name!r} (at "
+                f"{step.defined_at}) are one name to Dagster, which names an asset's op "
+                f"{op!r} with '-' and '.' read as '_': rename one of them"
+            )
 
 
 # -- metadata: what run returns, kept JSON-ready in the status file ---------
@@ -429,7 +453,8 @@ def versioned_asset(
     """
     step_config = config
     key = asset_key(name, kind)
-    upstream_steps = {role: step_for(asset) for role, asset in (upstream or {}).items()}
+    with defining(kind, name):  # the factory is named as its kind
+        upstream_steps = {role: step_for(asset, role) for role, asset in (upstream or {}).items()}
     version = compute_version(
         kind, config, {role: s.version for role, s in upstream_steps.items()}, label=label
     )

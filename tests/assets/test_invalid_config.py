@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from assets import deduplicated, evaluate, sample_corpus, tokenized, tokenizer, train_lm
+from assets import (
+    Experiment,
+    dataset_stats,
+    deduplicated,
+    evaluate,
+    sample_corpus,
+    tokenized,
+    tokenizer,
+    train_lm,
+)
 from marin_dagster.levanter import llama_nano
 
 
@@ -151,3 +160,101 @@ def test_deduplicated_refuses_max_chars_in_exact_mode():
         "dedup/cfg", source=sample_corpus("raw/cfg"), mode="paragraph", max_chars=50
     )
     assert paragraph.code_versions_by_key != limited.code_versions_by_key
+
+
+@pytest.mark.parametrize(
+    "case, define",
+    [
+        (
+            "deduplicated('dedup/cfg'): source 'raw/cfg'",
+            lambda dataset: deduplicated("dedup/cfg", source="raw/cfg"),
+        ),
+        (
+            "tokenized('tokenized/cfg2'): tokenizer 512",
+            lambda dataset: tokenized(
+                "tokenized/cfg2", source=sample_corpus("raw/cfg"), tokenizer=512
+            ),
+        ),
+        (
+            "train_lm('checkpoints/cfg'): dataset 'tokenized/cfg'",
+            lambda dataset: train_lm(
+                "checkpoints/cfg",
+                model=llama_nano,
+                datasets={"tokenized/cfg": 1.0},
+                batch_size=4,
+                num_train_steps=10,
+            ),
+        ),
+        (
+            "evaluate('eval/cfg'): checkpoint 'checkpoints/cfg'",
+            lambda dataset: evaluate("eval/cfg", checkpoint="checkpoints/cfg", datasets=[dataset]),
+        ),
+        (
+            "dataset_stats('stats/cfg'): dataset 'raw/cfg'",
+            lambda dataset: dataset_stats("stats/cfg", datasets=["raw/cfg"]),
+        ),
+        (
+            "Experiment('cfg'): leaf 'tokenized/cfg'",
+            lambda dataset: Experiment("cfg", leaves=["tokenized/cfg"]),
+        ),
+    ],
+)
+def test_a_name_where_a_step_goes_is_refused_naming_the_argument(dataset, case, define):
+    """A step's name or a path given where its asset goes failed with Python's
+    `'str' object has no attribute 'key'`, naming neither the factory nor the argument."""
+    with pytest.raises(TypeError) as err:
+        define(dataset)
+    assert str(err.value).startswith(case + " (")
+    assert "is not a step: pass what a factory returned" in str(err.value)
+
+
+def test_train_lm_refuses_a_list_of_datasets(dataset):
+    with pytest.raises(TypeError) as err:
+        train_lm(
+            "checkpoints/cfg",
+            model=llama_nano,
+            datasets=[dataset],
+            batch_size=4,
+            num_train_steps=10,
+        )
+    assert str(err.value) == (
+        "train_lm('checkpoints/cfg'): datasets must map tokenized assets to their weights, "
+        "e.g. datasets={tokens: 1.0}; got list"
+    )
+
+
+@pytest.mark.parametrize(
+    "name, leaves, message",
+    [
+        ("my experiment!", "ok", "the name becomes the Dagster asset group and the job"),
+        ("cfg", "none", "leaves is empty, so its job would build nothing"),
+        ("cfg", "one", "leaves must list the steps to build, e.g. `leaves=[tokens]`; got Assets"),
+    ],
+)
+def test_experiment_refuses_what_dagster_would_refuse_at_load(dataset, name, leaves, message):
+    """`python exp.py` ran such an experiment while `dagster ... -f exp.py` failed to load it."""
+    leaves = {"ok": [dataset], "one": dataset, "none": []}[leaves]
+    with pytest.raises((TypeError, ValueError)) as err:
+        Experiment(name, leaves=leaves)
+    assert str(err.value).startswith(f"Experiment({name!r}): {message}"), str(err.value)
+    if name == "my experiment!":
+        assert "(e.g. 'my_experiment')" in str(err.value)
+
+
+def test_names_dagster_reads_as_one_are_refused_naming_both_lines():
+    """raw/a-b and raw/a_b are two outputs, but one op name to Dagster ('raw__a_b_raw'): the
+    location failed to load with Dagster's "conflicting node definitions", naming no file."""
+    first = sample_corpus("raw/a-b")
+    second = sample_corpus("raw/a_b")
+    with pytest.raises(ValueError) as err:
+        Experiment("clash", leaves=[first, second])
+    here = __file__
+    message = str(err.value)
+    assert message.startswith("Experiment('clash'): asset names 'raw/a-b' (at "), message
+    assert f"{here}:" in message and "'raw/a_b' (at " in message
+    assert "op 'raw__a_b_raw'" in message and message.endswith("rename one of them")
+    # across two experiments of one location too
+    from assets.location import build_definitions
+
+    with pytest.raises(ValueError, match="are one name to Dagster"):
+        build_definitions([Experiment("one", leaves=[first]), Experiment("two", leaves=[second])])
