@@ -165,7 +165,7 @@ def _file_documents(
             data = f.read()
             digest.update(data)
             try:
-                text = data.decode("utf-8")
+                text = data.decode("utf-8-sig")  # an editor's byte order mark is no text
             except UnicodeDecodeError as e:
                 line = data.count(b"\n", 0, e.start) + 1
                 raise _not_utf8(path, line, e.start - (data.rfind(b"\n", 0, e.start) + 1)) from e
@@ -175,7 +175,7 @@ def _file_documents(
         for number, raw in enumerate(f, 1):
             digest.update(raw)
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise _not_utf8(path, number, e.start) from e
             if line.strip():

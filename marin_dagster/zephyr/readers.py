@@ -201,10 +201,25 @@ def open_input(path: str) -> Iterator[IO[bytes]]:
     with fs.open_read(path) as raw:
         comp = compression_of(path)
         if comp is None:
-            yield raw
+            yield _past_bom(raw)
         else:
             with io.BufferedReader(_Decompressed(raw, path, comp), 1 << 20) as f:
-                yield f
+                yield _past_bom(f)
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _past_bom(f: IO[bytes]) -> IO[bytes]:
+    """`f` past a UTF-8 byte order mark, which editors on Windows put before text and JSON
+    parsers refuse as a broken first line. No format read here starts with those bytes
+    (Parquet starts with PAR1), so for any other file nothing is consumed."""
+    if hasattr(f, "peek"):
+        if f.peek(3)[:3] == _BOM:
+            f.read(3)
+    elif f.read(3) != _BOM:
+        f.seek(0)
+    return f
 
 
 try:  # orjson, where installed, parses JSON lines about 3x faster than the stdlib.

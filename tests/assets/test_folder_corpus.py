@@ -278,3 +278,19 @@ def test_a_large_jsonl_file_is_never_held_whole(tmp_path):
         with gzip.open(os.path.join(output, f"part-{index:05d}.jsonl.gz")) as f:
             lines += sum(1 for _ in f)
     assert lines == count
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    """Editors on Windows start UTF-8 files with one: a JSONL file's first line failed as
+    broken, and a text file's document began with U+FEFF."""
+    import gzip
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "first"}\n{"text": "second"}\n')
+    (inbox / "b.txt").write_bytes(b"\xef\xbb\xbfa text file")
+    result, output = _materialize(str(inbox), str(tmp_path / "data"))
+    assert result.success
+    with gzip.open(os.path.join(output, "part-00000.jsonl.gz")) as f:
+        texts = [json.loads(line)["text"] for line in f]
+    assert texts == ["first", "second", "a text file"]

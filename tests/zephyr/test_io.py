@@ -224,3 +224,29 @@ def test_local_io_never_imports_fsspec_in_a_worker(tmp_path) -> None:
     assert not any(r["fsspec"] for r in rows)
     os.remove(tmp_path / "out" / "b.parquet")
     assert len(run()) == 2 * len(ROWS)  # the skip check and the rewrite are local too
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".jsonl.gz", ".csv"])
+def test_a_utf8_byte_order_mark_is_not_a_broken_first_line(local_ctx, tmp_path, ext) -> None:
+    """Editors on Windows save UTF-8 with a byte order mark; the JSON parsers refused line 1
+    ("Unexpected UTF-8 BOM"), the token cache too, and CSV's first column was named
+    '\\ufeffid'."""
+    from marin_dagster.tokenize.records import read_records
+    from marin_dagster.zephyr.readers import iter_jsonl
+
+    rows = [{"id": f"d{i}", "text": f"line {i}"} for i in range(3)]
+    if ext == ".csv":
+        data = "id,text\n" + "".join(f"{r['id']},{r['text']}\n" for r in rows)
+    else:
+        data = "".join(json.dumps(r) + "\n" for r in rows)
+    raw = b"\xef\xbb\xbf" + data.encode()
+    path = tmp_path / f"in{ext}"
+    path.write_bytes(gzip.compress(raw) if ext.endswith(".gz") else raw)
+    loaded = local_ctx.execute(Dataset.from_files(str(path)).load_file()).results
+    assert loaded == rows
+    assert [r for _, r in read_records(str(path))] == rows
+    if ext == ".jsonl":  # a stream with no peek (fsspec's memory files), read past it too
+        from marin_dagster import fs
+
+        fs.write_bytes("memory://bom/in.jsonl", raw)
+        assert list(iter_jsonl("memory://bom/in.jsonl")) == rows
