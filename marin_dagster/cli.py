@@ -75,9 +75,14 @@ def _steps(python_file: str | None = None, module_name: str | None = None) -> li
     from marin_dagster.execution.asset import upstream_closure
 
     if python_file or module_name:
+        import dagster as dg
+
         from assets.location import module_experiments
 
-        experiments = module_experiments(vars(_load_module(python_file, module_name)))
+        try:
+            experiments = module_experiments(vars(_load_module(python_file, module_name)))
+        except dg.DagsterInvariantViolationError as e:  # a file of no steps: said, no traceback
+            raise LocationError(str(e)) from None
     else:
         from marin_dagster.definitions import load_experiments
 

@@ -292,8 +292,8 @@ class SqlService:
             return message
         name = missing.group(1)
         views = [d.name for d in self._datasets]
-        by_last = {v.rsplit("/", 1)[-1].lower(): v for v in views}
-        meant = [by_last[name.lower()]] if name.lower() in by_last else []
+        # every view of that last part: raw/notes, dedup/notes and tokenized/notes alike
+        meant = [v for v in views if v.rsplit("/", 1)[-1].lower() == name.lower()]
         meant = meant or difflib.get_close_matches(name, views, n=3, cutoff=0.6)
         if meant:
             hint = "did you mean " + " or ".join(quote_ident(v) for v in meant) + "?"

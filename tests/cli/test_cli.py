@@ -276,6 +276,12 @@ def test_status_and_sql_of_an_experiment_file_of_ones_own(tmp_path):
     assert missing.returncode == 2 and missing.stderr.strip() == (
         f"marin status: -f {folder / 'nope.py'}: no such file"
     )
+    (folder / "no_steps.py").write_text("x = 1\n")  # a traceback before
+    empty = marin("status", "-f", str(folder / "no_steps.py"), env=env, cwd=str(tmp_path))
+    assert empty.returncode == 2 and empty.stderr.strip() == (
+        f"marin status: {folder / 'no_steps.py'}: no steps at module scope; assign the steps "
+        "(or a list of them) to module-level names"
+    )
 
     # -m, from the file's folder, as `dagster ... -m my_exp` takes it
     status = marin("status", "--json", "-m", "my_exp", env=env, cwd=str(folder))

@@ -17,6 +17,7 @@ from tests.ducky.test_service_caps import query, request
 ENTRIES = [
     AssetEntry("raw/notes", "sample_corpus", "aaaaaaaa"),
     AssetEntry("raw/notes-extra", "sample_corpus", "bbbbbbbb"),
+    AssetEntry("dedup/notes", "sample_corpus", "cccccccc"),
 ]
 
 
@@ -76,7 +77,10 @@ def test_a_view_not_found_is_answered_with_the_views_meant(service):
     named without its folder; the service offers views."""
     with pytest.raises(QueryFailed) as e:
         service.query("select * from notes")
-    assert 'there is no view "notes"; did you mean "raw/notes"?' in str(e.value), str(e.value)
+    # every view of that name, not the last one listed
+    assert 'there is no view "notes"; did you mean "raw/notes" or "dedup/notes"?' in str(e.value), (
+        str(e.value)
+    )
     assert "pg_" not in str(e.value) and "\nLINE 1: select * from notes" in str(e.value)
     with pytest.raises(QueryFailed) as e:
         service.query('select * from "raw/nots"')
