@@ -312,10 +312,15 @@ def _size(text: str) -> int:
     return value
 
 
-def _print_views(service: Any) -> None:
+def _print_views(service: Any, of_a_file: bool) -> None:
     unavailable = service.unavailable()
     tables = ", ".join(f'"{t["name"]}"' for t in service.tables()) or (
-        "none" if unavailable else "none (materialize an asset first)"
+        "none"
+        if unavailable
+        else "none (materialize an asset first)"
+        if of_a_file
+        # an experiment file's own assets are not the code location's
+        else "none of the code location's assets is built (an experiment file's: -f FILE)"
     )
     sys.stderr.write(f"views: {tables}\n")
     if unavailable:
@@ -380,7 +385,7 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         return 1
     except (QueryRefused, QueryTimeout, QueryFailed) as e:
         sys.stderr.write(f"marin sql: {e}\n")
-        _print_views(service)
+        _print_views(service, of_a_file=bool(args.file or args.module))
         return 1
     for note in result["notes"]:
         sys.stderr.write(f"marin sql: note: {note}\n")

@@ -45,6 +45,7 @@ from typing import Any
 from marin_dagster import fs
 from marin_dagster.execution.status import (
     MANIFEST_FILE,
+    RUN_STOPPED,
     STATUS_FILE,
     StatusRecord,
     StepStatus,
@@ -310,6 +311,8 @@ def _why_no_view(prefix: str, entry: AssetEntry) -> str:
         return f"{entry.name} is {state}: materialize it, then query it"
     if record.status == StepStatus.RUNNING:
         return f"{entry.name} is {state}: query it once its run has succeeded"
+    if record.error and RUN_STOPPED in record.error:  # nothing to fix; a new run resumes
+        return f"{entry.name}'s current version is {state}, its run stopped: materialize it again"
     return f"{entry.name}'s current version is {state}: fix what failed and materialize it again"
 
 

@@ -20,6 +20,8 @@ from typing import Any
 from marin_dagster import fs
 
 STATUS_FILE = ".status.json"
+# A FAILED step's error when its run was stopped (Ctrl-C, Terminate): nothing to fix.
+RUN_STOPPED = "the run was stopped (Ctrl-C, or Terminate)"
 MANIFEST_FILE = ".manifest.json"
 LOCK_FILE = ".lock.json"
 PREVIOUS_DIR = ".previous"

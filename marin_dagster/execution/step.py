@@ -21,6 +21,7 @@ from marin_dagster.execution import previous
 from marin_dagster.execution.lease import Lease, LeaseSettings
 from marin_dagster.execution.status import (
     MANIFEST_FILE,
+    RUN_STOPPED,
     StatusRecord,
     StepStatus,
     build_manifest,
@@ -174,7 +175,7 @@ def _put_back(output_path: str, held: Lease, log: logging.Logger | Any) -> bool:
 def _describe(error: BaseException) -> str:
     # An interrupt has no message: "DagsterExecutionInterruptedError: " said nothing.
     interrupted = isinstance(error, KeyboardInterrupt) or "Interrupt" in type(error).__name__
-    text = str(error) or ("the run was stopped (Ctrl-C, or Terminate)" if interrupted else "")
+    text = str(error) or (RUN_STOPPED if interrupted else "")
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 

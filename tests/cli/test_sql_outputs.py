@@ -211,3 +211,15 @@ def test_sql_says_when_a_view_is_an_older_config_or_not_built(tmp_path, capsys, 
     code, out, err = marin_sql(capsys, monkeypatch, prefix, f'SELECT * FROM "{DEDUP}"')
     assert code == 1
     assert f'there is no view "{DEDUP}" yet: {DEDUP} is not materialized yet' in err, err
+
+
+def test_no_view_of_the_code_location_points_at_an_experiment_files_own(
+    tmp_path, capsys, monkeypatch
+):
+    """A user who built their own experiment file and queried without -f read "views: none
+    (materialize an asset first)" of what they had just materialized."""
+    code, _, err = marin_sql(capsys, monkeypatch, str(tmp_path / "empty"), 'SELECT 1 FROM "x"')
+    assert code == 1
+    assert (
+        "views: none of the code location's assets is built (an experiment file's: -f FILE)"
+    ) in err, err

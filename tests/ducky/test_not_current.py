@@ -68,3 +68,21 @@ def test_an_asset_with_no_output_yet_says_where_it_stands(prefix) -> None:
             tables = json.loads(response.read())
     assert [n["name"] for n in tables["not_built"]] == ["dedup/never"]
     assert tables["unavailable"] == []
+
+
+def test_a_stopped_run_is_not_a_failure_to_fix(tmp_path) -> None:
+    """A run stopped with Ctrl-C leaves FAILED: its view's reason said "fix what failed",
+    where nothing failed and a new run resumes."""
+    from marin_dagster.execution.status import RUN_STOPPED
+
+    prefix = str(tmp_path / "data")
+    entries = [AssetEntry("raw/stopped", "k", "eeeeeeee"), AssetEntry("raw/broke", "k", "ffffffff")]
+    errors = [f"KeyboardInterrupt: {RUN_STOPPED}", "ValueError: bad"]
+    for entry, error in zip(entries, errors, strict=True):
+        write_status(
+            fs.join(prefix, f"{entry.name}-{entry.version}"),
+            StatusRecord(StepStatus.FAILED, entry.version, error=error),
+        )
+    stopped, broke = resolve_views(prefix, entries)
+    assert stopped.reason.endswith("its run stopped: materialize it again"), stopped.reason
+    assert broke.reason.endswith("fix what failed and materialize it again"), broke.reason
