@@ -217,9 +217,31 @@ def _past_bom(f: IO[bytes]) -> IO[bytes]:
     if hasattr(f, "peek"):
         if f.peek(3)[:3] == _BOM:
             f.read(3)
-    elif f.read(3) != _BOM:
+        return f
+    head = f.read(3)
+    if head == _BOM:
+        return f
+    try:
         f.seek(0)
-    return f
+        return f
+    except ValueError:  # a stream that cannot go back (HTTP without ranges): its head first
+        return io.BufferedReader(_Prepended(head, f))
+
+
+class _Prepended(io.RawIOBase):
+    """`head`, then the rest of `f`."""
+
+    def __init__(self, head: bytes, f: IO[bytes]):
+        self._head, self._f = head, f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self._head[: len(b)] if self._head else self._f.read(len(b))
+        self._head = self._head[len(data) :] if self._head else b""
+        b[: len(data)] = data
+        return len(data)
 
 
 try:  # orjson, where installed, parses JSON lines about 3x faster than the stdlib.

@@ -250,3 +250,30 @@ def test_a_utf8_byte_order_mark_is_not_a_broken_first_line(local_ctx, tmp_path, 
 
         fs.write_bytes("memory://bom/in.jsonl", raw)
         assert list(iter_jsonl("memory://bom/in.jsonl")) == rows
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_a_stream_that_cannot_seek_back_loses_no_byte_to_the_mark_check(tmp_path, bom) -> None:
+    """fsspec streams an HTTP file it cannot range (HTTPStreamFile): the check read three
+    bytes it could not put back. Served here by a real HTTP server."""
+    import functools
+    import http.server
+    import threading
+
+    import fsspec
+
+    from marin_dagster.zephyr.readers import _past_bom
+
+    body = b'{"text": "one"}\n{"text": "two"}\n'
+    (tmp_path / "in.jsonl").write_bytes(bom + body)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/in.jsonl"
+        with fsspec.filesystem("http").open(url, "rb", block_size=0) as f:
+            assert type(f).__name__ == "HTTPStreamFile"
+            assert _past_bom(f).read() == body
+    finally:
+        server.shutdown()
+        server.server_close()
