@@ -146,6 +146,14 @@ class DedupConfig:
                     "duplicates): remove it"
                 )
 
+    def settings(self) -> dict[str, Any]:
+        """The fields that shape this mode's output (counts.json, the run log): the others
+        sit at their defaults, refused otherwise, and say nothing."""
+        unused = set() if self.mode == "fuzzy" else set(FUZZY_ONLY)
+        if self.mode == "exact":
+            unused.add("max_chars")
+        return {k: v for k, v in asdict(self).items() if k not in unused}
+
     def lsh_params(self) -> LSHParams:
         from marin_dagster.dupekit.lsh import optimal_param
 
@@ -444,7 +452,7 @@ def _summarize(
         document["unique"] = documents - document["duplicates"]
     counts: dict[str, Any] = {
         "mode": config.mode,
-        "config": asdict(config),
+        "config": config.settings(),
         "files": len(per_file),
         "document": document,
     }

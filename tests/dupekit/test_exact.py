@@ -56,6 +56,13 @@ def test_exact_finds_every_identical_milton_pair(
     counts = json.load(open(os.path.join(out, "counts.json")))
     assert counts == result.counts
     assert counts["document"]["total"] == len(shakespeare_docs)
+    # only the settings exact mode uses (the MinHash ones were listed at their defaults)
+    assert counts["config"] == {
+        "mode": "exact",
+        "text_key": "text",
+        "id_key": "id",
+        "num_shards": None,
+    }
     assert counts["document"]["duplicates"] == 7
     assert counts["document"]["unique"] == counts["document"]["kept"] == len(shakespeare_docs) - 7
     assert result.counters["dedup/document/duplicates"] == 7
