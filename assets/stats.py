@@ -24,7 +24,13 @@ import pyarrow.parquet as pq
 from marin_dagster import fs
 from marin_dagster.ducky import catalog
 from marin_dagster.ducky.stats import measure, stats_tables
-from marin_dagster.execution.asset import StepContext, defining, step_for, versioned_asset
+from marin_dagster.execution.asset import (
+    StepContext,
+    defining,
+    step_for,
+    steps_by_name,
+    versioned_asset,
+)
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.execution.version import StepConfig
 from marin_dagster.iris import ResourceConfig
@@ -132,7 +138,8 @@ def dataset_stats(
     if not datasets:
         raise ValueError(f"dataset_stats({name!r}): give at least one dataset asset")
     with defining("dataset_stats", name):
-        upstream = {step_for(a, "dataset").name: a for a in datasets}
+        steps_by_name(datasets, "dataset")  # by name below: one name, one dataset
+    upstream = {step_for(a).name: a for a in datasets}
     roles = {role: asset_entry(step_for(a)) for role, a in upstream.items()}
     return versioned_asset(
         name=name,

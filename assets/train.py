@@ -12,7 +12,14 @@ import dagster as dg
 import pydantic
 
 from marin_dagster import fs
-from marin_dagster.execution.asset import Step, StepContext, defining, step_for, versioned_asset
+from marin_dagster.execution.asset import (
+    Step,
+    StepContext,
+    defining,
+    step_for,
+    steps_by_name,
+    versioned_asset,
+)
 from marin_dagster.execution.version import StepConfig, added_later
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig, train
@@ -171,6 +178,8 @@ def train_lm(
         raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_asset: weight}}")
     tokenizer_step = _tokenizer_step(name, {**datasets, **dict.fromkeys(evals or (), 1.0)})
     with defining("train_lm", name):
+        # the mixture and the upstream go by name: two datasets of one name would be one
+        steps_by_name([*datasets, *(evals or ())], "dataset")
         cfg = TrainLmConfig(
             model=model,
             optimizer=optimizer or AdamConfig(),
@@ -273,6 +282,8 @@ def evaluate(
                 f"{model_tok.name}-{model_tok.version}; evaluate on datasets tokenized with "
                 f"the checkpoint's tokenizer (tokenized(..., tokenizer=<that tokenizer>))"
             )
+    with defining("evaluate", name):
+        steps_by_name(datasets, "dataset")  # by name below: one name, one dataset
     upstream = {step_for(a).name: a for a in datasets}
     upstream["checkpoint"] = checkpoint
     trained_at = trained.config.seq_len or trained.config.model.seq_len

@@ -230,6 +230,22 @@ class DuplicateAssetError(ValueError):
         )
 
 
+def claim_name(steps: dict[str, Step], step: Step) -> None:
+    """Add `step` to `steps` (by name, as outputs go); a different step of that name is a
+    DuplicateAssetError, where a dict by name kept the last one without a word."""
+    known = steps.setdefault(step.name, step)
+    if known.version != step.version:
+        raise DuplicateAssetError(known, step)
+
+
+def steps_by_name(assets: Iterable[Any], role: str) -> dict[str, Step]:
+    """The steps of `assets` by name (`claim_name`); `role` names the argument in errors."""
+    steps: dict[str, Step] = {}
+    for asset in assets:
+        claim_name(steps, step_for(asset, role))
+    return steps
+
+
 def _force_tag(tags: Mapping[str, str]) -> bool:
     value = tags.get(FORCE_TAG)
     if not value:

@@ -25,6 +25,7 @@ from marin_dagster import fs
 from marin_dagster.execution.asset import (
     Step,
     StepContext,
+    claim_name,
     register_step,
     step_for,
     versioned_asset,
@@ -38,6 +39,12 @@ PACKAGE = "marin-dagster"
 
 # Keyed by id(step); the step is kept alive with its asset so an id is never reused.
 _LOWERED: dict[int, tuple[ExecutorStep, dg.AssetsDefinition]] = {}
+# The steps being lowered, outermost first: one met again is a cycle of references.
+_LOWERING: list[ExecutorStep] = []
+
+
+class StepCycleError(ValueError):
+    """Steps whose configs refer to each other's outputs, in a loop."""
 
 
 def lower(step: Any) -> dg.AssetsDefinition:
@@ -48,7 +55,18 @@ def lower(step: Any) -> dg.AssetsDefinition:
     if isinstance(step, ExecutorStep):
         known = _LOWERED.get(id(step))
         if known is None:
-            asset = _lower(step)
+            if any(s is step for s in _LOWERING):
+                cycle = [*_LOWERING[next(i for i, s in enumerate(_LOWERING) if s is step) :], step]
+                raise StepCycleError(
+                    "ExecutorSteps that need each other: "
+                    + " -> ".join(f"{s.name} (at {s.defined_at})" for s in cycle)
+                    + "; a step can only read outputs of steps that do not read its own"
+                )
+            _LOWERING.append(step)
+            try:
+                asset = _lower(step)
+            finally:
+                _LOWERING.pop()
             # Errors about the step (a name defined twice) point at the ExecutorStep(...) call.
             register_step(dataclasses.replace(step_for(asset), defined_at=step.defined_at))
             known = _LOWERED[id(step)] = (step, asset)
@@ -83,6 +101,8 @@ def _lower(step: ExecutorStep) -> dg.AssetsDefinition:
     upstream: dict[str, dg.AssetsDefinition] = {}
     nonblocking: dict[str, Step] = {}
     version: dict[str, Any] = {}
+    # References go by name (outputs do): two steps of one name would be one input.
+    referenced: dict[str, Step] = {}
 
     def visit(path: str, leaf: Any) -> None:
         if isinstance(leaf, VersionedValue):
@@ -95,6 +115,7 @@ def _lower(step: ExecutorStep) -> dg.AssetsDefinition:
                 version[path] = leaf.name
                 return
             dep = _upstream_asset(step, path, leaf.step)
+            claim_name(referenced, step_for(dep))
             role = step_for(dep).name
             if leaf.block_on_step:
                 upstream[role] = dep
@@ -122,6 +143,8 @@ def _upstream_asset(step: ExecutorStep, path: str, target: Any) -> dg.AssetsDefi
     if isinstance(target, ExecutorStep | dg.AssetsDefinition):
         try:
             return lower(target)
+        except StepCycleError:
+            raise  # it names every step of the loop already
         except ValueError as e:
             raise ValueError(f"ExecutorStep({step.name!r}): {path}: {e}") from None
     raise TypeError(

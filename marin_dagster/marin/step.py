@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from marin_dagster.execution.asset import caller_frame, check_name
@@ -136,6 +136,14 @@ class ExecutorStep(Generic[ConfigT]):
             )
         if self.resources is not None:
             ResourceConfig.parse(self.resources)  # a bad spec fails where the step is defined
+        if not _walkable(self.config):
+            raise TypeError(
+                f"ExecutorStep({self.name!r}) at {where}: config must be a dataclass (as in "
+                "Marin), a pydantic model or a dict, not a "
+                f"{type(self.config).__name__}: the executor cannot see into it, so its "
+                "versioned(...) values would stay out of the version and its output paths "
+                "would reach fn unresolved"
+            )
         from assets.location import attach_caller
 
         attach_caller()
@@ -154,3 +162,16 @@ class ExecutorStep(Generic[ConfigT]):
         from marin_dagster.marin.lower import lower
 
         return lower(self)
+
+
+def _walkable(config: Any) -> bool:
+    """Whether the executor can find a config's references and versioned values."""
+    import pydantic
+
+    if config is None or isinstance(config, str | bytes | int | float | bool):
+        return True  # nothing inside to find
+    if isinstance(config, Mapping | list | tuple | pydantic.BaseModel):
+        return True
+    if isinstance(config, VersionedValue | InputName | OutputName | ExecutorStep):
+        return True  # a reference or versioned value on its own
+    return dataclasses.is_dataclass(config) and not isinstance(config, type)

@@ -15,6 +15,7 @@ from assets import (
     tokenizer,
     train_lm,
 )
+from marin_dagster.execution.asset import step_for
 from marin_dagster.levanter import llama_nano
 
 
@@ -258,3 +259,27 @@ def test_names_dagster_reads_as_one_are_refused_naming_both_lines():
 
     with pytest.raises(ValueError, match="are one name to Dagster"):
         build_definitions([Experiment("one", leaves=[first]), Experiment("two", leaves=[second])])
+
+
+def test_two_datasets_of_one_name_in_a_mixture_are_refused(dataset):
+    """The mixture goes by name: the second silently replaced the first."""
+    corpus = sample_corpus("raw/cfg")
+    other = tokenized(
+        "tokenized/cfg",
+        source=corpus,
+        tokenizer=step_for(dataset).upstream["tokenizer"].asset,
+        validation=0.2,
+    )
+    with pytest.raises(ValueError) as err:
+        train_lm(
+            "checkpoints/cfg",
+            model=llama_nano,
+            datasets={dataset: 1.0, other: 3.0},
+            batch_size=4,
+            num_train_steps=10,
+        )
+    assert str(err.value).startswith(
+        "train_lm('checkpoints/cfg'): asset 'tokenized/cfg' is defined twice with different configs"
+    ), str(err.value)
+    with pytest.raises(ValueError, match=r"^dataset_stats\('stats/cfg'\): asset 'tokenized/cfg'"):
+        dataset_stats("stats/cfg", datasets=[dataset, other])

@@ -172,3 +172,47 @@ def test_two_executor_steps_of_one_name_are_refused_where_each_was_built(tmp_pat
     assert [s.name for s in StepRunner(prefix=str(tmp_path)).plan([first, first, again])] == [
         "t/same"
     ]
+
+
+def test_two_steps_of_one_name_read_by_one_config_are_refused(tmp_path):
+    """References go by name: a step reading both took the second's output for the first,
+    and ran, without a word."""
+    first = _step("t/twin", v=versioned(1))
+    second = _step("t/twin", v=versioned(2))
+    top = _step("t/reader", inputs=[output_path_of(first), output_path_of(second)])
+    with pytest.raises(DuplicateAssetError, match="asset 't/twin' is defined twice"):
+        lower(top)
+
+
+def test_steps_that_read_each_other_are_refused_naming_the_loop():
+    """A recursion error of 2,500 lines, naming no step, before."""
+    a = _step("t/loop-a", inp=None)
+    b = _step("t/loop-b", inp=output_path_of(a))
+    a.config["inp"] = output_path_of(b)
+    with pytest.raises(ValueError) as err:
+        lower(b)
+    assert str(err.value).startswith(
+        f"ExecutorSteps that need each other: t/loop-b (at {b.defined_at}) -> t/loop-a (at "
+        f"{a.defined_at}) -> t/loop-b (at {b.defined_at})"
+    ), str(err.value)
+    alone = _step("t/self", inp=None)
+    alone.config["inp"] = output_path_of(alone)
+    with pytest.raises(ValueError, match="need each other: t/self .* -> t/self "):
+        lower(alone)
+
+
+def test_a_config_the_executor_cannot_see_into_is_refused():
+    """Its versioned values stayed out of the version and its output path reached fn as a
+    placeholder ('OutputName' object has no attribute 'rstrip')."""
+
+    class Plain:
+        def __init__(self, out, n):
+            self.out, self.n = out, n
+
+    with pytest.raises(TypeError) as err:
+        ExecutorStep("t/plain", record_config, Plain(this_output_path(), versioned(3)))
+    assert (
+        str(err.value).startswith(f"ExecutorStep('t/plain') at {__file__}:")
+        and "config must be a dataclass (as in Marin), a pydantic model or a dict, not a Plain"
+        in str(err.value)
+    )
