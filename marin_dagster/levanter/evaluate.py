@@ -105,6 +105,23 @@ def trained_seq_len(checkpoint_path: str) -> int | None:
     return run_config["train"].get("seq_len") or run_config["model"]["seq_len"]
 
 
+def _saved_steps(path: str) -> str:
+    """For an unfinished train output (stopped, or still running): the steps it saved."""
+    filesystem, folder = fs.url_to_fs(fs.join(path, "checkpoints"))
+    try:
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in filesystem.ls(folder, detail=False)]
+    except OSError:  # no checkpoints folder: not a train output at all
+        return ""
+    steps = sorted(int(name) for name in names if name.isdigit())
+    if not steps:
+        return ""
+    return (
+        f"; it looks like a train output that has not finished: its saved steps are "
+        f"{', '.join(map(str, steps[-5:]))}, e.g. {fs.join(path, 'checkpoints', str(steps[-1]))}"
+        " (a rerun of its step resumes from the last)"
+    )
+
+
 def load_model(checkpoint_path: str) -> tuple[LlamaConfig, Params]:
     path = fs.normalize(checkpoint_path)
     if fs.exists(fs.join(path, "params.npz")):
@@ -117,6 +134,7 @@ def load_model(checkpoint_path: str) -> tuple[LlamaConfig, Params]:
         raise FileNotFoundError(
             f"{checkpoint_path} is neither a train output (params.npz + model_config.json) nor an "
             "orbax step directory {output}/checkpoints/{step} (state/ and the run's config.json)"
+            + _saved_steps(path)
         )
     import orbax.checkpoint as ocp
 

@@ -532,10 +532,10 @@ def _check_free(out_dir: str, overwrite: bool) -> None:
         return
     filesystem, path = fs.url_to_fs(out_dir)
     if not filesystem.isdir(path):
-        raise FileExistsError(f"{out_dir} exists and is not a folder; choose another out_dir")
+        raise FileExistsError(f"{out_dir} exists and is not a folder; choose another output folder")
     if filesystem.ls(path):
         raise FileExistsError(
-            f"{out_dir} exists and is not empty; choose another out_dir or pass overwrite "
+            f"{out_dir} exists and is not empty; choose another output folder or pass overwrite "
             "(--overwrite) to replace it"
         )
 
@@ -688,7 +688,7 @@ def import_hf_to_dir(folder: str, out_dir: str, *, overwrite: bool = False) -> L
     params_path = fs.join(out_dir, "params.npz")
     if fs.exists(params_path) and not overwrite:
         raise FileExistsError(
-            f"{params_path} exists; choose another out_dir or pass overwrite (--overwrite)"
+            f"{params_path} exists; choose another output folder or pass overwrite (--overwrite)"
         )
     config, params = import_hf(folder, dtype="float32")
     # params.npz last: its presence means the pair is complete (load_model looks for it).

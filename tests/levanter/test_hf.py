@@ -496,3 +496,20 @@ def test_bad_folders_and_bad_exports(folder: str, tmp_path) -> None:
     assert import_hf_to_dir(str(tmp_path / "empty"), out) == GQA
     with pytest.raises(FileExistsError, match="params.npz exists"):
         import_hf_to_dir(str(tmp_path / "empty"), out)
+
+
+def test_an_unfinished_train_output_points_at_its_saved_steps(tmp_path) -> None:
+    """A run stopped mid-training has checkpoints but no params.npz: export and evaluate said
+    only "neither a train output nor an orbax step directory"."""
+    out = tmp_path / "checkpoints" / "tiny-1a2b3c4d"
+    for step in ("50", "100", "150.orbax-checkpoint-tmp-1"):  # the last one never finished
+        (out / "checkpoints" / step).mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as err:
+        load_model(str(out))
+    assert str(err.value).endswith(
+        "; it looks like a train output that has not finished: its saved steps are 50, 100, "
+        f"e.g. {out / 'checkpoints' / '100'} (a rerun of its step resumes from the last)"
+    ), str(err.value)
+    with pytest.raises(FileNotFoundError) as err:  # no checkpoints at all: no hint
+        load_model(str(tmp_path / "nothing"))
+    assert "saved steps" not in str(err.value)
