@@ -81,8 +81,14 @@ def _steps(python_file: str | None = None, module_name: str | None = None) -> li
 
         try:
             experiments = module_experiments(vars(_load_module(python_file, module_name)))
+        except LocationError:
+            raise
         except dg.DagsterInvariantViolationError as e:  # a file of no steps: said, no traceback
             raise LocationError(str(e)) from None
+        except (ValueError, TypeError) as e:
+            # The factories' and steps' definition errors name the file, line and what to do;
+            # a traceback before them buried that. `python FILE` still shows one.
+            raise LocationError(f"{python_file or module_name}: {e}") from None
     else:
         from marin_dagster.definitions import load_experiments
 

@@ -102,8 +102,18 @@ def canonical(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [canonical(v) for v in value]
     if isinstance(value, set | frozenset):
-        return sorted(canonical(v) for v in value)
-    raise TypeError(f"cannot version a value of type {type(value).__name__}: {value!r}")
+        try:
+            return sorted(canonical(v) for v in value)
+        except TypeError:  # mixed types ({1, "a"}) have no order to hash them in
+            raise TypeError(
+                f"cannot version the set {value!r}: its members are of mixed types, which "
+                "have no stable order; use a list"
+            ) from None
+    raise TypeError(
+        f"cannot version a value of type {type(value).__name__}: {value!r}; versioned "
+        "values are JSON-like (str, int, float, bool, None, lists, dicts, dataclasses, "
+        "pydantic models)"
+    )
 
 
 def canonical_json(value: Any) -> str:

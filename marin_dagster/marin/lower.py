@@ -109,7 +109,9 @@ def _lower(step: ExecutorStep) -> dg.AssetsDefinition:
             try:
                 version[path] = canonical(leaf.value)
             except TypeError as e:
-                raise TypeError(f"ExecutorStep({step.name!r}): versioned {path}: {e}") from None
+                raise TypeError(
+                    f"ExecutorStep({step.name!r}) at {step.defined_at}: versioned {path}: {e}"
+                ) from None
         elif isinstance(leaf, InputName):
             if leaf.step is None:
                 version[path] = leaf.name

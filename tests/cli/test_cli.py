@@ -276,6 +276,15 @@ def test_status_and_sql_of_an_experiment_file_of_ones_own(tmp_path):
     assert missing.returncode == 2 and missing.stderr.strip() == (
         f"marin status: -f {folder / 'nope.py'}: no such file"
     )
+    # a definition error: its message alone, where a traceback came before it
+    (folder / "bad.py").write_text(
+        "from assets import dataset\nd = dataset('raw/c', 'no/x.jsonl')\n"
+    )
+    bad = marin("status", "-f", str(folder / "bad.py"), env=env, cwd=str(tmp_path))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert bad.stderr.startswith(f"marin status: {folder / 'bad.py'}: dataset('raw/c'): "), (
+        bad.stderr
+    )
     (folder / "no_steps.py").write_text("x = 1\n")  # a traceback before
     empty = marin("status", "-f", str(folder / "no_steps.py"), env=env, cwd=str(tmp_path))
     assert empty.returncode == 2 and empty.stderr.strip() == (

@@ -100,8 +100,14 @@ def test_nested_dataclasses_are_versioned_by_value():
 
 def test_canonical_orders_mappings_and_sets():
     assert canonical({"b": 1, "a": {2, 1}}) == {"a": [1, 2], "b": 1}
-    with pytest.raises(TypeError, match="cannot version a value of type object"):
+    with pytest.raises(TypeError, match="cannot version a value of type object") as err:
         canonical(object())
+    assert str(err.value).endswith(
+        "versioned values are JSON-like (str, int, float, bool, None, lists, dicts, dataclasses, pydantic models)"
+    )
+    # a set of mixed types raised Python's "'<' not supported between 'str' and 'int'"
+    with pytest.raises(TypeError, match=r"cannot version the set .*mixed types.*use a list"):
+        canonical({1, "a"})
 
 
 def test_config_errors_name_the_field():
