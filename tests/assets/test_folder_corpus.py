@@ -111,12 +111,21 @@ def test_files_without_text_fail_at_the_source_naming_them(tmp_path, files):
     assert read_status(output).status == StepStatus.FAILED
 
 
-def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
+@pytest.mark.parametrize(
+    "name, data, column",
+    [
+        ("a.txt", b"first line\nsecond \xff line\n", 7),
+        # a JSONL file is decoded a line at a time
+        ("a.jsonl", b'{"text": "one"}\r\n{"text": "tw\xff"}\n', 12),
+    ],
+)
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, name, data, column):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    (inbox / "a.txt").write_bytes(b"first line\nsecond \xff line\n")
+    (inbox / name).write_bytes(data)
     result, _ = _materialize(str(inbox), str(tmp_path / "data"))
-    assert f"{inbox / 'a.txt'}:2: byte 7 of the line is not UTF-8" in _failure_message(result)
+    message = _failure_message(result)
+    assert f"{inbox / name}:2: byte {column} of the line is not UTF-8" in message
 
 
 def test_changed_files_rebuild_the_corpus_and_what_follows_without_the_sensor(
@@ -227,14 +236,6 @@ def test_a_relative_folder_keeps_its_versions_wherever_the_checkout_lies(
     # a different folder is a different step
     other = watched_folder("raw/inbox", "./data/other")
     assert step_for(other).version != outputs[0][0]
-
-
-def test_a_jsonl_line_that_is_not_utf8_is_named(tmp_path):
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    (inbox / "a.jsonl").write_bytes(b'{"text": "one"}\r\n{"text": "tw\xff"}\n')
-    result, _ = _materialize(str(inbox), str(tmp_path / "data"))
-    assert f"{inbox / 'a.jsonl'}:2: byte 12 of the line is not UTF-8" in _failure_message(result)
 
 
 def test_a_bad_line_in_the_last_file_leaves_no_shard(tmp_path):
