@@ -164,8 +164,9 @@ def _file_documents(
         if not rel.endswith(".jsonl"):
             data = f.read()
             digest.update(data)
+            data = data.removeprefix(b"\xef\xbb\xbf")  # an editor's byte order mark is no text
             try:
-                text = data.decode("utf-8-sig")  # an editor's byte order mark is no text
+                text = data.decode("utf-8")
             except UnicodeDecodeError as e:
                 line = data.count(b"\n", 0, e.start) + 1
                 raise _not_utf8(path, line, e.start - (data.rfind(b"\n", 0, e.start) + 1)) from e

@@ -115,6 +115,7 @@ def test_files_without_text_fail_at_the_source_naming_them(tmp_path, files):
     "name, data, column",
     [
         ("a.txt", b"first line\nsecond \xff line\n", 7),
+        ("a.txt", b"\xef\xbb\xbffirst\nsecond \xff line\n", 7),  # counted past the mark
         # a JSONL file is decoded a line at a time
         ("a.jsonl", b'{"text": "one"}\r\n{"text": "tw\xff"}\n', 12),
     ],
