@@ -302,10 +302,8 @@ def upstream_closure(leaves: Sequence[dg.AssetsDefinition]) -> list[Step]:
     seen: dict[str, Step] = {}
 
     def visit(step: Step) -> None:
-        known = seen.get(step.name)
-        if known is not None:
-            if known.version != step.version:
-                raise DuplicateAssetError(known, step)
+        if step.name in seen:
+            claim_name(seen, step)  # the same step again, or a DuplicateAssetError
             return
         for up in step.upstream.values():
             visit(up)
