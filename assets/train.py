@@ -22,11 +22,8 @@ from marin_dagster.execution.asset import (
 )
 from marin_dagster.execution.version import StepConfig, added_later
 from marin_dagster.iris import ResourceConfig
-from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig, train
-from marin_dagster.levanter import evaluate as evaluate_checkpoint
+from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig
 from marin_dagster.levanter.config import ComputeDtype
-from marin_dagster.levanter.evaluate import evaluate_to_dict
-from marin_dagster.levanter.trainer import with_split
 from marin_dagster.markdown import code_block
 from marin_dagster.tokenize import TokenCache
 from marin_dagster.tokenize.tokenizer import (
@@ -94,6 +91,9 @@ def _check_accelerator(step: StepContext) -> str:
 def _run_train(
     config: TrainLmConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
+    # The engine (JAX, optax, orbax) loads in the step that trains, not in every code location.
+    from marin_dagster.levanter.trainer import train, with_split
+
     levanter = step.resources.levanter
     device = _check_accelerator(step)
     tokenizer_file = fs.join(inputs["tokenizer"], TOKENIZER_FILE)
@@ -227,6 +227,9 @@ class EvaluateStepConfig(StepConfig):
 def _run_evaluate(
     config: EvaluateStepConfig, inputs: Mapping[str, str], output_path: str, step: StepContext
 ) -> dict[str, Any]:
+    from marin_dagster.levanter.evaluation import evaluate as evaluate_checkpoint
+    from marin_dagster.levanter.evaluation import evaluate_to_dict
+
     datasets = {name: path for name, path in inputs.items() if name != "checkpoint"}
     # The copy of its tokenizer the train output keeps: bits per byte over the bytes scored.
     tokenizer_file = fs.join(inputs["checkpoint"], TOKENIZER_FILE)

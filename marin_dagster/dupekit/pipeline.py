@@ -124,7 +124,10 @@ class DedupConfig:
             raise ValueError(f"num_shards must be positive, got {self.num_shards}")
         ShingleConfig(self.shingle, self.ngram)
         if self.mode == "fuzzy":
-            self.lsh_params()
+            if self.bands is not None or self.rows is not None:
+                self.lsh_params()
+            # else the search picks them at run time from the threshold checked above; here it
+            # would cost every code location load scipy's import (0.4 s).
         else:
             # They would change nothing but the version: a new version reruns the dedup and
             # everything after it for the same output.

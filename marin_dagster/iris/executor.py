@@ -37,7 +37,7 @@ import typing
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     Field,
@@ -66,7 +66,6 @@ from dagster._utils.error import SerializableErrorInfo
 
 from marin_dagster.execution.instance import fail_orphaned_runs, run_process_tags
 from marin_dagster.iris import placement
-from marin_dagster.iris.executor_k8s import KubernetesLauncher, check_placeable, step_job_name
 from marin_dagster.iris.inventory import DeviceLeases, LocalInventory, default_lease_dir
 from marin_dagster.iris.processes import (
     RUN_PID_ENV,
@@ -78,6 +77,9 @@ from marin_dagster.iris.processes import (
 from marin_dagster.iris.resource_config import ResourceConfig, ResourceConfigError, parse_bytes
 from marin_dagster.iris.settings import IrisSettings
 from marin_dagster.settings import field_default, settings_fields, unwrap_optional
+
+if TYPE_CHECKING:
+    from marin_dagster.iris.executor_k8s import KubernetesLauncher
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +212,9 @@ class IrisStepHandler(StepHandler):
     def k8s(self) -> KubernetesLauncher:
         if self._k8s is None:
             batch, core = self._k8s_apis or (None, None)
+            # The Kubernetes client and dagster-k8s load only where a step goes there.
+            from marin_dagster.iris.executor_k8s import KubernetesLauncher
+
             self._k8s = KubernetesLauncher(
                 self._settings.kubernetes, batch_api=batch, core_api=core
             )
@@ -237,6 +242,8 @@ class IrisStepHandler(StepHandler):
                 if self._route(request) == "local":
                     self.inventory.check_feasible(request, step.key)
                 else:
+                    from marin_dagster.iris.executor_k8s import check_placeable
+
                     check_placeable(request)
             except ResourceConfigError as e:
                 problems.append(f"step {step.key!r}: {e}" if step.key not in str(e) else str(e))
@@ -717,5 +724,4 @@ __all__ = [
     "IrisSettings",
     "IrisStepHandler",
     "iris_executor",
-    "step_job_name",
 ]

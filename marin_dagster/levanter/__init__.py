@@ -3,44 +3,43 @@
 No Dagster here: this runs inside Iris jobs and subprocesses. The public API:
 `train(TrainLmConfig, output_path, settings=TrainerSettings(...))` and
 `evaluate(checkpoint_path, datasets)`.
+
+Names resolve lazily: the configs are part of every experiment, and a code location load
+(each Dagster step's process) imports JAX, optax and orbax only when it trains or evaluates.
 """
 
-from marin_dagster.levanter.config import (
-    NAMED_CONFIGS,
-    LlamaConfig,
-    Qwen3Config,
-    TrainerSettings,
-    TrainLmConfig,
-    llama_150m,
-    llama_nano,
-    llama_small_shakespeare,
-)
-from marin_dagster.levanter.data import MixtureDataset, TrainInputError
-from marin_dagster.levanter.evaluate import EvalResult, evaluate, load_model
-from marin_dagster.levanter.metrics import MFU_FORMULA, training_flops_per_token
-from marin_dagster.levanter.optim import AdamConfig
-from marin_dagster.levanter.sample import generate
-from marin_dagster.levanter.trainer import TrainingDivergedError, TrainResult, train
+from __future__ import annotations
 
-__all__ = [
-    "Qwen3Config",
-    "MFU_FORMULA",
-    "NAMED_CONFIGS",
-    "AdamConfig",
-    "TrainInputError",
-    "EvalResult",
-    "LlamaConfig",
-    "MixtureDataset",
-    "TrainLmConfig",
-    "TrainResult",
-    "TrainerSettings",
-    "TrainingDivergedError",
-    "evaluate",
-    "generate",
-    "llama_150m",
-    "llama_nano",
-    "llama_small_shakespeare",
-    "load_model",
-    "train",
-    "training_flops_per_token",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "NAMED_CONFIGS": "config",
+    "LlamaConfig": "config",
+    "Qwen3Config": "config",
+    "TrainerSettings": "config",
+    "TrainLmConfig": "config",
+    "llama_150m": "config",
+    "llama_nano": "config",
+    "llama_small_shakespeare": "config",
+    "MixtureDataset": "data",
+    "TrainInputError": "data",
+    "EvalResult": "evaluation",
+    "evaluate": "evaluation",
+    "load_model": "evaluation",
+    "MFU_FORMULA": "metrics",
+    "training_flops_per_token": "metrics",
+    "AdamConfig": "optim",
+    "generate": "sample",
+    "TrainingDivergedError": "trainer",
+    "TrainResult": "trainer",
+    "train": "trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'marin_dagster.levanter' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"marin_dagster.levanter.{_EXPORTS[name]}"), name)

@@ -15,12 +15,14 @@ from typing import Any, Literal, get_args
 
 from marin_dagster.execution.version import ADDED_LATER, UNVERSIONED, versioned_fields
 from marin_dagster.levanter.data import TrainInputError
-from marin_dagster.levanter.mesh import PARALLELISMS, Parallelism
 from marin_dagster.levanter.optim import AdamConfig
 from marin_dagster.settings import setting
 
 ComputeDtype = Literal["float32", "bfloat16"]
 COMPUTE_DTYPES = get_args(ComputeDtype)
+# How parameters are placed on the devices (`mesh.state_shardings`).
+Parallelism = Literal["data_parallel", "fsdp"]
+PARALLELISMS = get_args(Parallelism)
 
 # Activation memory (`TrainerSettings.remat`): what the backward pass keeps of each decoder block.
 #   none   keep every intermediate (most memory)

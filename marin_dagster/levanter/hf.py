@@ -481,7 +481,7 @@ def export_hf(
     out_dir = fs.normalize(out_dir)
     _check_free(out_dir, overwrite)  # before reading a checkpoint that may be large
     if isinstance(source, str):
-        from marin_dagster.levanter.evaluate import load_model
+        from marin_dagster.levanter.evaluation import load_model
 
         loaded, params = load_model(source)
         if config is not None and config != loaded:

@@ -12,14 +12,14 @@ XLA inserts the all-gathers and reduce-scatters.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-Parallelism = Literal["data_parallel", "fsdp"]
-PARALLELISMS = ("data_parallel", "fsdp")
+from marin_dagster.levanter.config import PARALLELISMS, Parallelism
+
 DATA_AXIS = "data"
 
 

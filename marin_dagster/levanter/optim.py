@@ -1,14 +1,19 @@
-"""`AdamConfig`: Levanter's AdamW optimizer config and learning-rate schedule, built on optax."""
+"""`AdamConfig`: Levanter's AdamW optimizer config and learning-rate schedule, built on optax.
+
+optax and JAX are imported where the optimizer is built: the config is part of every
+experiment, and each code location load (each Dagster step's process) would otherwise pay
+for them.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import jax
-import jax.numpy as jnp
-import optax
+if TYPE_CHECKING:
+    import jax
+    import optax
 
 LrSchedule = Literal["cosine", "linear", "constant", "inv_sqrt"]
 _SCHEDULES = ("cosine", "linear", "constant", "inv_sqrt")
@@ -59,6 +64,8 @@ class AdamConfig:
         return int(value) if value >= 1 else int(round(value * num_train_steps))
 
     def lr_scheduler(self, num_train_steps: int) -> optax.Schedule:
+        import optax
+
         lr, min_lr = self.learning_rate, self.learning_rate * self.min_lr_ratio
         warmup_steps = min(self._steps(self.warmup, num_train_steps), num_train_steps)
         if self.decay is None:
@@ -91,6 +98,8 @@ class AdamConfig:
         return optax.join_schedules(schedules, boundaries)
 
     def build(self, num_train_steps: int) -> optax.GradientTransformation:
+        import optax
+
         chain: list[optax.GradientTransformation] = []
         if self.max_grad_norm is not None:
             chain.append(optax.clip_by_global_norm(self.max_grad_norm))
@@ -104,6 +113,8 @@ class AdamConfig:
 def _inv_sqrt_schedule(
     lr: float, min_lr: float, warmup_steps: int, timescale: float = 10000
 ) -> optax.Schedule:
+    import jax.numpy as jnp
+
     def schedule(count: jax.Array) -> jax.Array:
         decay = jnp.minimum(1.0, 1.0 / jnp.sqrt(jnp.maximum(count + warmup_steps, 1) / timescale))
         return jnp.maximum(lr * decay, min_lr)
@@ -113,6 +124,7 @@ def _inv_sqrt_schedule(
 
 def weight_decay_mask(params: Any) -> Any:
     """True for the leaves that get weight decay (projection matrices only)."""
+    import jax
 
     def decayed(path: tuple[Any, ...], _leaf: Any) -> bool:
         name = getattr(path[-1], "key", None)

@@ -48,7 +48,7 @@ from marin_dagster.levanter.data import (
     check_token_ids,
     open_eval_sets,
 )
-from marin_dagster.levanter.evaluate import EvalResult, mean_eval_loss, run_eval
+from marin_dagster.levanter.evaluation import EvalResult, mean_eval_loss, run_eval
 from marin_dagster.levanter.mesh import (
     batch_sharding,
     global_batch,

@@ -18,7 +18,7 @@ import safetensors.numpy
 
 from marin_dagster.levanter import LlamaConfig, TrainerSettings, TrainLmConfig, train
 from marin_dagster.levanter.checkpoint import load_params
-from marin_dagster.levanter.evaluate import load_model
+from marin_dagster.levanter.evaluation import load_model
 from marin_dagster.levanter.hf import (
     HfFormatError,
     config_from_hf,
