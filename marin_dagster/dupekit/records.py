@@ -1,15 +1,17 @@
 """Source documents as dedup sees them: ids, order keys, reading and validation.
 
 Every document has a *node key*, a string whose order is the dedup order:
-documents sort by id (integers numerically, before strings; strings by code
-point), ties broken by file and record position. "Keep the first document"
-means keep the smallest node key, so the choice is the same whatever the
-shard, worker or backend that sees a group. The key also carries the
-document's position (file index, record index), which is how later stages
+documents sort by id (integers numerically, then records without an id, then
+strings by code point), ties broken by file and record position. "Keep the
+first document" means keep the smallest node key, so the choice is the same
+whatever the shard, worker or backend that sees a group. The key also carries
+the document's position (file index, record index), which is how later stages
 find it again without a join.
 
 A record without an id (missing or null) gets `"{relative file path}#{record
-index}"`, stable across runs and machines, and keeps it in the outputs.
+index}"`, stable across runs and machines, and keeps it in the outputs. Such
+records sort by position, not by that string, in which `#11` comes before `#2`:
+the first copy in the input is kept.
 """
 
 from __future__ import annotations
@@ -79,20 +81,27 @@ def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
     ]
 
 
-def node_key(doc_id: int | str, file_index: int, record_index: int) -> str:
-    if isinstance(doc_id, int):
+def node_key(
+    doc_id: int | str, file_index: int, record_index: int, *, generated: bool = False
+) -> str:
+    position = f"{file_index:08x}{record_index:012x}"
+    if generated:  # ordered by the position in front of it; the id follows for key_id
+        head = f"p{position}{doc_id}"
+    elif isinstance(doc_id, int):
         if not -_INT_OFFSET <= doc_id < _INT_OFFSET:
             raise ValueError(f"integer id {doc_id} does not fit in 64 bits")
         head = f"i{doc_id + _INT_OFFSET:020d}"
     else:
         head = f"s{doc_id}"
-    return f"{head}{_SEP}{file_index:08x}{record_index:012x}"
+    return f"{head}{_SEP}{position}"
 
 
 def key_id(key: str) -> int | str:
     """The document id inside a node key."""
     head = key[: key.rindex(_SEP)]
-    return int(head[1:]) - _INT_OFFSET if head[0] == "i" else head[1:]
+    if head[0] == "i":
+        return int(head[1:]) - _INT_OFFSET
+    return head[21:] if head[0] == "p" else head[1:]
 
 
 def key_position(key: str) -> tuple[int, int]:
@@ -137,7 +146,8 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
                 "the field that holds the document text"
             )
         doc_id = record.get(id_key)
-        if doc_id is None:
+        generated = doc_id is None
+        if generated:
             doc_id = f"{source.relative}#{index}"
             record = {**record, id_key: doc_id}
         elif isinstance(doc_id, bool) or not isinstance(doc_id, int | str):
@@ -145,4 +155,6 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
                 f"{where}: field {id_key!r} is a {type(doc_id).__name__} "
                 f"({doc_id!r}); ids must be strings or integers"
             )
-        yield SourceDoc(index, record, doc_id, text, node_key(doc_id, source.index, index))
+        yield SourceDoc(
+            index, record, doc_id, text, node_key(doc_id, source.index, index, generated=generated)
+        )

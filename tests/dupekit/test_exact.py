@@ -119,6 +119,28 @@ def test_exact_edge_cases(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("mode", ["exact", "fuzzy"])
+def test_records_without_ids_keep_the_first_copy_in_the_input(tmp_path, mode):
+    """Their generated ids compare as strings "a.jsonl#11" < "a.jsonl#2": the later copy was
+    kept and the original removed."""
+    text = "the original text of a document, long enough for a few shingles of five"
+    records = [{"text": text if i in (2, 11) else f"filler {i} " + "x" * i} for i in range(12)]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in/a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "in/b.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    result = deduplicate(
+        str(tmp_path / "in/*.jsonl"), str(tmp_path / "out"), DedupConfig(mode=mode), max_workers=1
+    )
+    dup = {
+        r["id"]: r["cluster_id"]
+        for p in result.attributes
+        for r in read_jsonl_gz(p)
+        if r["duplicate"]
+    }
+    # a.jsonl's record 2 comes first, then its record 11, then b.jsonl's record 0.
+    assert dup == {"a.jsonl#11": "a.jsonl#2", "b.jsonl#0": "a.jsonl#2"}
+
+
 def test_paragraph_dedup(local_ctx, tmp_path):
     shared = "A line every page repeats."
     f1 = write_jsonl_gz(
