@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import sys
@@ -12,10 +13,16 @@ from typing import Any
 import dagster as dg
 
 from marin_dagster.execution.asset import FORCE_TAG, upstream_closure
-from marin_dagster.execution.instance import persistent_instance
+from marin_dagster.execution.instance import (
+    fail_orphaned_runs,
+    persistent_instance,
+    run_process_tags,
+)
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 _NAME_FIX = re.compile(r"[^A-Za-z0-9_]+")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -96,13 +103,24 @@ class Experiment:
             return executor_main(steps=self.leaves, description=self.description, argv=flags)
         from resources import local_resources
 
+        instance = instance or persistent_instance()
+        # A run of this process killed outright (kill -9, a closed terminal) never records its
+        # end: it stayed STARTED, holding one of the daemon's run slots, until none was left
+        # for a run launched from the UI. Its tags let this and `marin status` end it.
+        ended = fail_orphaned_runs(instance)
+        if ended:
+            logger.warning(
+                "marked %d run(s) whose process on this host is gone as failed: %s",
+                len(ended),
+                ", ".join(ended),
+            )
         return dg.materialize(
             self.assets(),
-            instance=instance or persistent_instance(),
+            instance=instance,
             # Merged, not replacing: a partial dict otherwise failed with Dagster's "resource
             # 'storage' required by op ... was not provided".
             resources={**local_resources(), **(resources or {})},
-            tags={FORCE_TAG: "true"} if force else None,
+            tags={**run_process_tags(), **({FORCE_TAG: "true"} if force else {})},
         )
 
 

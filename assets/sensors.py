@@ -129,7 +129,8 @@ def watched_folder_sensor(
             # Nothing to build from; an empty inbox (new, or emptied) is not a change to run.
             cursor.pending = None
             return dg.SensorResult(
-                skip_reason=f"no files under {path} yet: drop files there to start a run",
+                skip_reason=f"no files under {path}: nothing to build; drop files there to "
+                "start a run",
                 cursor=cursor.dump(),
             )
         if h == cursor.requested:

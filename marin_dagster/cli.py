@@ -198,6 +198,8 @@ def _last_materialization(instance: Any, step: Any, path: str) -> str:
 INTERRUPTED = "interrupted"
 # A SUCCESS output built from inputs that have changed since (at the same versions).
 OUTDATED = "outdated"
+# A step whose source holds nothing now (an empty inbox): a run skips it and what follows.
+NOTHING_TO_BUILD = "nothing to build"
 
 
 def _running_state(path: str) -> str:
@@ -239,6 +241,8 @@ def status_rows(
                 state = record.status.value if record else "missing"
                 if record is not None and record.status == StepStatus.RUNNING:
                     state = _running_state(path)
+                elif step.idle_reason():
+                    state = NOTHING_TO_BUILD
                 elif record is not None and record.status == StepStatus.SUCCESS:
                     if step.changed_inputs(record, output_path):
                         state = OUTDATED
@@ -265,7 +269,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 f"marin status: marked {len(ended)} run(s) whose process on this host is "
                 f"gone as failed: {', '.join(ended)}\n"
             )
-    columns, rows = status_rows(_prefix(args.prefix), instance, _steps(args.file, args.module))
+    steps = _steps(args.file, args.module)
+    columns, rows = status_rows(_prefix(args.prefix), instance, steps)
     if args.json:
         sys.stdout.write(
             json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2) + "\n"
@@ -278,6 +283,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
             "input rebuilt with other data, a watched folder's files). Materializing the asset "
             "rebuilds it\n"
         )
+    by_name = {s.name: s for s in steps}
+    for row in rows:
+        if row[2] == NOTHING_TO_BUILD:
+            sys.stderr.write(
+                f"marin status: {row[0]}: {NOTHING_TO_BUILD}: {by_name[row[0]].idle_reason()}. A "
+                "run skips it and the steps after it; what they built before stays as it was\n"
+            )
     if any(row[2] == INTERRUPTED for row in rows):
         sys.stderr.write(
             f"marin status: {INTERRUPTED}: the run writing the output ended without recording "

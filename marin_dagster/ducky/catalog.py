@@ -45,6 +45,7 @@ from typing import Any
 from marin_dagster import fs
 from marin_dagster.execution.status import (
     MANIFEST_FILE,
+    PREVIOUS_DIR,
     RUN_STOPPED,
     STATUS_FILE,
     StatusRecord,
@@ -271,6 +272,22 @@ def resolve_dataset(prefix: str, entry: AssetEntry) -> Dataset | None:
     record = _read_status(current_path)
     if record is not None and record.status == StepStatus.SUCCESS:
         return load_output(entry, current_path, record, current=True)
+    if record is not None and record.status == StepStatus.RUNNING:
+        # A rebuild (forced, or its inputs changed) keeps the output it replaces here until it
+        # succeeds; a killed one leaves it there. It is still the asset's last good output.
+        previous = fs.join(current_path, PREVIOUS_DIR)
+        kept = _read_status(previous)
+        dataset = (
+            load_output(entry, previous, kept, current=False)
+            if kept is not None and kept.status == StepStatus.SUCCESS
+            else None
+        )
+        if dataset is not None:
+            note = (
+                f'"{entry.name}" shows its output from before the rebuild ({previous}): '
+                f"{_current_state(current_path, record)}"
+            )
+            return dataclasses.replace(dataset, note=note)
     older: list[tuple[float, str, StatusRecord]] = []
     for path in _other_versions(prefix, entry.name):
         if path == current_path:

@@ -72,6 +72,12 @@ class Step:
     observed: bool = False
     """A source observed where it is (a watched folder), with no output of its own: what
     reads it fingerprints it as its `source_state`."""
+    nothing_to_build: Callable[[Any], str | None] | None = None
+    """Why there is nothing to build now (an empty inbox), or None: see `versioned_asset`."""
+
+    def idle_reason(self) -> str | None:
+        """Why a run would build nothing here now (and skip the steps after it), or None."""
+        return self.nothing_to_build(self.config) if self.nothing_to_build else None
 
     def built_from(self, output_path: Callable[[str, str], str]) -> dict[str, str]:
         """What the step would be built from now, as its SUCCESS records it: each input's
@@ -91,10 +97,12 @@ class Step:
     def changed_inputs(
         self, record: StatusRecord, output_path: Callable[[str, str], str]
     ) -> list[str]:
-        """The inputs that changed since `record` (a SUCCESS of this step) was built."""
-        return changed_inputs(
-            record, self.built_from(output_path), reads_source=self.source_state is not None
-        )
+        """The inputs that changed since `record` (a SUCCESS of this step) was built. An input
+        not built now (being rebuilt, or its rebuild killed) is not one: what it will hold is
+        not known until it is, and the run compares then."""
+        now = self.built_from(output_path)
+        changed = changed_inputs(record, now, reads_source=self.source_state is not None)
+        return [role for role in changed if not (role in self.upstream and now[role] == "")]
 
 
 Run = Callable[[Any, Mapping[str, str], str, StepContext], Mapping[str, Any] | None]
@@ -521,9 +529,18 @@ def versioned_asset(
         )
 
     def optional(context: dg.AssetExecutionContext, config: StepRunConfig):
-        reason = nothing_to_build(step_config) if nothing_to_build else None
+        reason = registered.idle_reason()
         if reason:
-            context.log.warning(f"{name}: nothing to build: {reason}; skipped, with what follows")
+            output_path = context.resources.storage.output_path(name, version)
+            before = read_status(output_path)
+            kept = (
+                f"; the output built before stays as it was at {output_path}"
+                if before is not None and before.status == StepStatus.SUCCESS
+                else ""
+            )
+            context.log.warning(
+                f"{name}: nothing to build: {reason}; skipped, with what follows{kept}"
+            )
             return
         yield compute(context, config)
 
@@ -538,6 +555,16 @@ def versioned_asset(
         kinds=set(kinds) or None,
         output_required=nothing_to_build is None,
     )(compute if nothing_to_build is None else optional)
-    registered = Step(name, kind, version, config, upstream_steps, asset, defined_at, source_state)
+    registered = Step(
+        name,
+        kind,
+        version,
+        config,
+        upstream_steps,
+        asset,
+        defined_at,
+        source_state,
+        nothing_to_build=nothing_to_build,
+    )
     register_step(registered)
     return asset

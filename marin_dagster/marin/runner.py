@@ -100,10 +100,20 @@ class StepRunner:
             )
         if dry_run:
             # The same decisions as the run below, so the plan shown is the run one gets.
+            idle: set[str] = set()  # steps skipped for want of input, and those after them
             for s in plan:
+                if s.observed:  # a watched folder: read where it is, never written
+                    print(f"{'watch':6} {s.name} ({s.kind}) -> {s.config.path}")
+                    continue
                 record = states[s.name]
                 state = record.status.value if record else "missing"
-                if record and record.status == StepStatus.SUCCESS:
+                reason = s.idle_reason()
+                after = next((up.name for up in s.upstream.values() if up.name in idle), None)
+                if reason or after:
+                    idle.add(s.name)
+                    why = f"nothing to build: {reason}" if reason else f"after {after}, skipped"
+                    action, state = "skip", f"{state}; {why}"
+                elif record and record.status == StepStatus.SUCCESS:
                     # a SUCCESS built from inputs that changed since is rebuilt
                     changed = s.changed_inputs(record, storage.output_path)
                     action = "run" if changed else "skip"

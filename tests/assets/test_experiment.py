@@ -69,3 +69,74 @@ def test_a_script_takes_executor_mains_flags(tmp_path) -> None:
     assert built.returncode == 0, built.stderr
     assert list((tmp_path / "data" / "raw").glob("flag-notes-*/.status.json"))
     assert "skip   raw/flag-notes-" in run("--dry_run").stdout
+
+
+KILLED_SCRIPT = """
+import dataclasses, os, time
+from marin_dagster.marin import ExecutorStep, executor_main, this_output_path, versioned
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    output_path: str
+    n: int
+
+def wait(cfg):
+    open(os.environ["STARTED_FILE"], "w").close()
+    while os.path.exists(os.environ["BLOCK_FILE"]):
+        time.sleep(0.1)
+
+step = ExecutorStep(name="t/wait", fn=wait, config=Cfg(this_output_path(), versioned(1)))
+if __name__ == "__main__":
+    executor_main(steps=[step])
+"""
+
+
+def test_a_killed_script_run_is_ended_by_the_next_run(tmp_path, dagster_home) -> None:
+    """`python exp.py` killed with -9 left its run STARTED for ever: `marin status` judged only
+    the runs of `dagster` commands, and two such runs held the daemon's two run slots, so a
+    run launched from the UI stayed QUEUED. The script's run now names its process, and the
+    next run (or `marin status`) ends it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from marin_dagster.execution.instance import RUN_PID_TAG
+    from tests.conftest import subprocess_env
+
+    script = tmp_path / "exp.py"
+    script.write_text(KILLED_SCRIPT)
+    block, started = tmp_path / "block", tmp_path / "started"
+    block.touch()
+    env = subprocess_env(
+        DAGSTER_HOME=dagster_home,
+        MARIN_PREFIX=str(tmp_path / "data"),
+        BLOCK_FILE=str(block),
+        STARTED_FILE=str(started),
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], env=env)
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    with dg.DagsterInstance.get() as instance:
+        (killed,) = instance.get_runs()
+        assert killed.status == dg.DagsterRunStatus.STARTED
+        assert killed.tags[RUN_PID_TAG] == str(proc.pid)
+    block.unlink()
+    rerun = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"marked 1 run(s) whose process on this host is gone as failed: {killed.run_id}" in (
+        rerun.stderr
+    )
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+        statuses = {r.run_id: r.status for r in instance.get_runs()}
+    assert sorted(s.value for s in statuses.values()) == ["FAILURE", "SUCCESS"]
+    assert os.path.isdir(tmp_path / "data" / "t")

@@ -182,6 +182,23 @@ def test_changed_files_rebuild_the_corpus_and_what_follows_without_the_sensor(
     (inbox / "a.jsonl").touch()
     assert build() == [True, True] and kept() == 2
 
+    # Emptied: `marin status` said "outdated, materializing rebuilds it", and the run then
+    # built nothing. Both now say the same: nothing to build, the output before kept.
+    for name in ("a.jsonl", "b.jsonl"):
+        (inbox / name).unlink()
+    assert states()["raw/inbox_corpus"] == "nothing to build"
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([corpus, clean], instance=instance, resources=resources)
+        assert result.get_asset_materialization_events() == []
+        (warning,) = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if "nothing to build" in e.user_message
+        ]
+    corpus_output = storage.output_path("raw/inbox_corpus", corpus.code_versions_by_key[corpus.key])
+    assert f"the output built before stays as it was at {corpus_output}" in warning
+    assert kept() == 2
+
 
 def test_editor_backups_are_not_read_as_documents(tmp_path):
     """The sensor never sees `name~` files (datasets/watch.py), so the corpus leaves them out
@@ -296,3 +313,25 @@ def test_a_byte_order_mark_is_not_text(tmp_path):
     with gzip.open(os.path.join(output, "part-00000.jsonl.gz")) as f:
         texts = [json.loads(line)["text"] for line in f]
     assert texts == ["first", "second", "a text file"]
+
+
+def test_the_dry_run_watches_the_folder_and_skips_what_has_nothing_to_build(
+    tmp_path, monkeypatch, capsys
+):
+    """It listed the watched folder as `run` at an output path nothing writes, and an empty
+    inbox's corpus as `run` (the run then built nothing)."""
+    from assets import deduplicated
+    from marin_dagster.marin import StepRunner
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    corpus = folder_corpus("raw/inbox_corpus", source=watched_folder("raw/inbox", str(inbox)))
+    clean = deduplicated("dedup/inbox", source=corpus, mode="exact")
+    StepRunner(prefix=str(tmp_path / "data")).run([clean], dry_run=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"watch  raw/inbox (watched_folder) -> {inbox}"
+    assert lines[1].startswith("skip   raw/inbox_corpus-")
+    assert f"(folder_corpus, missing; nothing to build: no files under {inbox}" in lines[1]
+    assert "(deduplicated, missing; after raw/inbox_corpus, skipped)" in lines[2]
+    assert len(lines) == 3

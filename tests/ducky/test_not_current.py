@@ -86,3 +86,23 @@ def test_a_stopped_run_is_not_a_failure_to_fix(tmp_path) -> None:
     stopped, broke = resolve_views(prefix, entries)
     assert stopped.reason.endswith("its run stopped: materialize it again"), stopped.reason
     assert broke.reason.endswith("fix what failed and materialize it again"), broke.reason
+
+
+def test_a_killed_rebuild_shows_the_output_it_was_replacing(tmp_path, corpus_records) -> None:
+    """A forced rebuild sets the old output aside in `.previous/` until it succeeds; killed, it
+    leaves it there. The view said "being written" and showed nothing, where the last good
+    output was still on disk."""
+    from marin_dagster.execution import previous
+
+    prefix = str(tmp_path / "data")
+    path = write_output(prefix, "dedup/big", "aaaaaaaa", {"a.jsonl.gz": jsonl_gz(corpus_records)})
+    previous.set_aside(path)  # as a forced rebuild starts ...
+    write_status(path, StatusRecord(StepStatus.RUNNING, "aaaaaaaa"))
+    fs.write_bytes(fs.join(path, "a.jsonl.gz"), b"half a file")  # ... and is killed mid-way
+    service = SqlService(
+        prefix, lambda: resolve_views(prefix, [AssetEntry("dedup/big", "k", "aaaaaaaa")])
+    )
+    result = service.query('SELECT count(*) FROM "dedup/big"')
+    assert result["rows"] == [[len(corpus_records)]]
+    [note] = result["notes"]
+    assert "from before the rebuild" in note and "being written" in note, note

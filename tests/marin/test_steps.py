@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from marin_dagster.execution.asset import step_for
-from marin_dagster.execution.status import read_status, write_status
+from marin_dagster.execution.status import StepStatus, read_status, write_status
 from marin_dagster.marin import (
     ExecutorStep,
     InputName,
@@ -307,6 +307,27 @@ def test_the_dry_run_rebuilds_what_an_input_rebuilt_with_other_data_makes_outdat
         f"run    t/b-{vb} (executor_step, SUCCESS, inputs changed) -> "
         f"{tmp_path / 'data' / f't/b-{vb}'}",
     ]
+
+
+def test_an_input_being_rebuilt_does_not_make_the_step_after_it_outdated(
+    tmp_path, monkeypatch, capsys
+):
+    """A forced rebuild of `a`, killed: `marin status` called `b` outdated, "built from inputs
+    that changed since", where nothing had changed yet (the rebuild resumed to the same data,
+    and `b` skipped)."""
+    from marin_dagster.cli import status_rows
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    a = ExecutorStep("t/a", noop, Cfg(this_output_path(), versioned(2)))
+    b = ExecutorStep(
+        "t/b", noop, Cfg(this_output_path(), versioned(2), inputs=(output_path_of(a),))
+    )
+    prefix = str(tmp_path / "data")
+    executor_main(steps=[b], argv=["--prefix", prefix])
+    a_out = f"{prefix}/t/a-{step_for(lower(a)).version}"
+    write_status(a_out, dataclasses.replace(read_status(a_out), status=StepStatus.RUNNING))
+    _, rows = status_rows(prefix, steps=[step_for(lower(a)), step_for(lower(b))])
+    assert [row[2] for row in rows] == ["interrupted", "SUCCESS"]
 
 
 SEED = """
