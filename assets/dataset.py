@@ -36,7 +36,7 @@ from marin_dagster.datasets.sources import (
     resolve,
 )
 from marin_dagster.datasets.tasks import RESOLVED, Fetched, FetchJob, fetch_one
-from marin_dagster.execution.asset import StepContext, check_name, versioned_asset
+from marin_dagster.execution.asset import StepContext, check_name, step_for, versioned_asset
 from marin_dagster.execution.origins import write_origins
 from marin_dagster.execution.version import StepConfig, unversioned
 from marin_dagster.iris import ResourceConfig
@@ -324,3 +324,16 @@ def as_dataset(
         )
     name_kw = {k: kw[k] for k in ("revision", "subset", "split", "files", "format") if k in kw}
     return dataset(dataset_name(source, **name_kw), source, text_key=text_key, **kw)
+
+
+# Steps whose output keeps the records as they read them, text field included.
+_KEEP_RECORDS = ("dataset", "deduplicated")
+
+
+def records_text_key(source: Any) -> str:
+    """The field holding the text in `source`'s records: the one its step was given where it
+    keeps the records as read (`dataset(..., text_key="body")`, a dedup of that), else "text".
+    What the factories after it default to: each used "text", and failed on a dataset read
+    with another field."""
+    step = step_for(source)
+    return getattr(step.config, "text_key", "text") if step.kind in _KEEP_RECORDS else "text"

@@ -8,6 +8,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.dataset import records_text_key
 from marin_dagster.datasets.files import dataset_files
 from marin_dagster.dupekit import DedupConfig, deduplicate
 from marin_dagster.execution.asset import StepContext, defining, versioned_asset
@@ -69,6 +70,7 @@ def deduplicated(
             f"deduplicated({name!r}): unknown field(s) {unknown}; known: {sorted(fields)}"
         )
     with defining("deduplicated", name):
+        config.setdefault("text_key", records_text_key(source))
         cfg = DedupConfig(mode=mode, **config)
     return versioned_asset(
         name=name,

@@ -11,6 +11,7 @@ from typing import Any
 import dagster as dg
 import pydantic
 
+from assets.dataset import records_text_key
 from marin_dagster import fs
 from marin_dagster.datasets.files import dataset_files
 from marin_dagster.execution.asset import StepContext, defining, versioned_asset
@@ -39,7 +40,7 @@ class TokenizerConfig(StepConfig):
     vocab_size: int = pydantic.Field(8192, ge=257)
     special_tokens: tuple[str, ...] = (DEFAULT_EOS,)
     min_frequency: int = pydantic.Field(2, ge=1)
-    max_documents: int | None = None
+    max_documents: int | None = pydantic.Field(None, ge=1)
     text_key: str = "text"
     pretrained: str | None = None
     """A tokenizer.json path or a hub name, used instead of training."""
@@ -155,6 +156,8 @@ def tokenizer(
             f"tokenizer({name!r}): give a source dataset to train on, or pretrained=..."
         )
     with defining("tokenizer", name):
+        if source is not None:
+            config.setdefault("text_key", records_text_key(source))
         cfg = TokenizerConfig(
             pretrained=pretrained,
             # a local tokenizer.json is versioned by its bytes, not only by its path
@@ -305,6 +308,7 @@ def tokenized(
         tokenizer = pretrained_tokenizer(tokenizer)
     upstream = {"source": source, "tokenizer": tokenizer}
     with defining("tokenized", name):
+        config.setdefault("text_key", records_text_key(source))
         if isinstance(validation, dg.AssetsDefinition):
             upstream["validation"] = validation
             cfg = TokenizedConfig(validation_fraction=0.0, **config)

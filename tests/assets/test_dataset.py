@@ -442,3 +442,26 @@ def test_parquet_and_csv_datasets_go_through_dedup_and_tokenize(tmp_path, fmt):
     (kept,) = dataset_files(_meta(result, clean)["path"])
     assert kept.endswith(f"documents/notes.{fmt}")
     assert _meta(result, ds)["documents"] == len(TEXTS)
+
+
+def test_the_steps_after_a_dataset_read_its_text_field(tmp_path):
+    """`dataset(..., text_key="body")` then `deduplicated`, `tokenizer` and `tokenized` without
+    one: each used "text" and the dedup failed on a correct file, its message sending the user
+    to fix the source. They now take the field from the records' own step."""
+    src = tmp_path / "posts.jsonl"
+    src.write_bytes(_jsonl([*TEXTS, TEXTS[0]], key="body"))
+    raw = dataset("raw/posts", str(src), text_key="body")
+    clean = deduplicated("dedup/posts", source=raw, mode="exact")
+    tok = tokenizer("tokenizers/posts", source=clean, vocab_size=300)
+    tokens = tokenized("tokenized/posts", source=clean, tokenizer=tok)
+    assert [step_for(a).config.text_key for a in (clean, tok, tokens)] == ["body"] * 3
+    # given, a field is taken as given
+    assert step_for(deduplicated("dedup/p2", source=raw, text_key="text")).config.text_key == (
+        "text"
+    )
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, clean, tok, tokens], instance=instance, resources=_resources(str(tmp_path / "d"))
+        )
+    assert result.success
+    assert _meta(result, clean)["document_duplicates"] == 1

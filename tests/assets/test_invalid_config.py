@@ -116,6 +116,12 @@ def test_a_misspelt_keyword_names_the_factory_and_the_likely_field():
         sample_corpus("raw/cfg", edition="folio")
     with pytest.raises(ValueError, match=r"^tokenizer\('t/x'\): vocab_size: .*integer.*'big'"):
         tokenizer("t/x", source=corpus, vocab_size="big")
+    # it failed when the step ran, as "no training text: the source yielded no documents"
+    for n in (0, -1):
+        with pytest.raises(
+            ValueError, match=rf"^tokenizer\('t/x'\): max_documents: .*1 \(got {n}\)"
+        ):
+            tokenizer("t/x", source=corpus, max_documents=n)
 
 
 @pytest.mark.parametrize(
