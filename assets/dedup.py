@@ -83,4 +83,6 @@ def deduplicated(
         resources=resources,
         required_resources=("zephyr",),
         kinds=("json",),
+        # A file of duplicates alone changes the attributes and counts, not the documents.
+        data_folder="documents",
     )

@@ -460,6 +460,7 @@ def versioned_asset(
     label: str | None = None,
     nothing_to_build: Callable[[Any], str | None] | None = None,
     source_state: Callable[[Any], Mapping[str, str]] | None = None,
+    data_folder: str | None = None,
 ) -> dg.AssetsDefinition:
     """A Dagster asset for a versioned step writing `{prefix}/{name}-{version}`.
 
@@ -472,6 +473,8 @@ def versioned_asset(
     `source_state(config)` fingerprints what the step reads that is not another step's
     output and not in its version (a watched folder's files): recorded with SUCCESS beside
     the inputs' data versions, and a change rebuilds the output (`execute_step`'s `inputs`).
+    `data_folder` is the folder of the output that the steps after it read, where the rest is
+    bookkeeping: only a change there rebuilds them.
     """
     step_config = config
     key = asset_key(name, kind)
@@ -512,6 +515,7 @@ def versioned_asset(
             log=context.log,
             inputs=registered.built_from(storage.output_path),
             reads_source=registered.source_state is not None,
+            data_folder=data_folder,
         )
         files = outcome.manifest.get("files", {})
         return dg.MaterializeResult(

@@ -108,6 +108,14 @@ def build_manifest(output_path: str) -> dict[str, Any]:
     return {"files": files}
 
 
-def data_version_of(manifest: dict[str, Any]) -> str:
+def data_version_of(manifest: dict[str, Any], data_folder: str | None = None) -> str:
+    """A digest of the output's files, or of those under `data_folder` alone: what the steps
+    after it read (a dedup's documents/, not its attributes and counts)."""
+    if data_folder is not None:
+        manifest = {
+            "files": {
+                rel: f for rel, f in manifest["files"].items() if rel.startswith(data_folder + "/")
+            }
+        }
     payload = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -91,6 +91,7 @@ def execute_step(
     log: logging.Logger | Any = logger,
     inputs: Mapping[str, str] | None = None,
     reads_source: bool = False,
+    data_folder: str | None = None,
 ) -> StepOutcome:
     """Run `run(output_path)` unless the output is already done; returns what happened.
 
@@ -100,7 +101,8 @@ def execute_step(
     call whose inputs differ rebuilds the output. Versions hash configs, so an input
     rebuilt at the same version with other data (a watched folder's files changed) would
     otherwise leave this output built from the old data and skipped for good.
-    `reads_source`: see `changed_inputs`.
+    `reads_source`: see `changed_inputs`. `data_folder`: the folder of the output that the
+    steps after it read, the one its data version digests (`data_version_of`).
     """
 
     def done() -> StatusRecord | None:
@@ -137,7 +139,7 @@ def execute_step(
             held.check()
             manifest = build_manifest(output_path)
             fs.write_json(fs.join(output_path, MANIFEST_FILE), manifest)
-            data_version = data_version_of(manifest)
+            data_version = data_version_of(manifest, data_folder)
             write_status(
                 output_path,
                 StatusRecord(

@@ -335,3 +335,36 @@ def test_the_dry_run_watches_the_folder_and_skips_what_has_nothing_to_build(
     assert f"(folder_corpus, missing; nothing to build: no files under {inbox}" in lines[1]
     assert "(deduplicated, missing; after raw/inbox_corpus, skipped)" in lines[2]
     assert len(lines) == 3
+
+
+def test_a_file_of_duplicates_alone_rebuilds_the_dedup_not_what_reads_it(tmp_path):
+    """The dedup's data version digested its attributes and counts too, so a dropped file
+    holding only copies of documents already there retrained the tokenizer on the same
+    documents. It now digests documents/, what the steps after it read."""
+    from assets import deduplicated, tokenizer
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    texts = [f"document number {i} with some words in it " * 3 for i in range(30)]
+    (inbox / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    corpus = folder_corpus("raw/c", source=watched_folder("raw/w", str(inbox)))
+    clean = deduplicated("dedup/c", source=corpus, mode="exact")
+    tok = tokenizer("tokenizers/c", source=clean, vocab_size=300)
+    resources = {
+        "storage": StorageResource(prefix=str(tmp_path / "data")),
+        "zephyr": ZephyrResource(max_workers=1),
+    }
+
+    def skipped() -> list[bool]:
+        with dg.instance_for_test() as instance:
+            result = dg.materialize([corpus, clean, tok], instance=instance, resources=resources)
+        return [
+            e.materialization.metadata["skipped"].value
+            for e in result.get_asset_materialization_events()
+        ]
+
+    assert skipped() == [False, False, False]
+    (inbox / "z.jsonl").write_text(json.dumps({"text": texts[0]}) + "\n")
+    assert skipped() == [False, False, True]
+    (inbox / "y.jsonl").write_text(json.dumps({"text": "a new document of its own"}) + "\n")
+    assert skipped() == [False, False, False]
