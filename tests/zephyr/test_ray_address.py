@@ -50,3 +50,28 @@ def test_ray_backend_joins_the_cluster_ray_address_names() -> None:
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
     assert lines["results"] == "[2, 4, 6]"
     assert lines["joined"] == lines["cluster"]
+
+
+def test_an_address_where_no_cluster_listens_fails_in_seconds_naming_it() -> None:
+    """A typo in RAY_ADDRESS, or a stopped cluster: ray.init() retried in silence for
+    minutes, and the step sat with no message."""
+    import os
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    child = (
+        "from marin_dagster.zephyr import Dataset, ZephyrContext\n"
+        "with ZephyrContext(max_workers=1, backend='ray') as ctx:\n"
+        "    ctx.execute(Dataset.from_list([1]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        env=dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert f"no Ray cluster answers at 127.0.0.1:{port} (from RAY_ADDRESS)" in done.stderr

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import uuid
 from typing import Any
@@ -42,6 +43,26 @@ def _ray_run(payload: bytes, refs: dict[str, Any]) -> bytes:
     return run_task_bytes(payload)
 
 
+# How long the cluster's address may take to accept a connection before joining it fails.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _check_reachable(address: str, given: str) -> None:
+    """Fail in seconds, naming the address, where nothing listens there: ray.init() retried
+    in silence for minutes (a typo in RAY_ADDRESS, a cluster that was stopped)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():  # "auto", "local": Ray's own ways to find it
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise ConnectionError(
+            f"no Ray cluster answers at {address} (from {given}) within "
+            f"{CONNECT_TIMEOUT_S:.0f} s: {e}. Start it (`ray start --head`), correct the "
+            "address, or unset it to start a local cluster for the run"
+        ) from None
+
+
 class RayBackend:
     def __init__(self, max_workers: int, address: str | None = None):
         try:
@@ -52,8 +73,10 @@ class RayBackend:
         if not ray.is_initialized():
             # RAY_ADDRESS is how Ray's own tools name a running cluster; ray.init() reads it
             # too, and then refuses num_cpus, so joining it takes an address-only init.
+            given = "address" if address else "RAY_ADDRESS"
             address = address or os.environ.get("RAY_ADDRESS") or None
             if address:
+                _check_reachable(address, given)
                 ray.init(address=address)
             else:
                 ray.init(num_cpus=max(1, max_workers), include_dashboard=False, log_to_driver=False)
