@@ -1141,11 +1141,18 @@ def check_text_field(
                         f"{where} is a {type(record).__name__}, not an object with fields; "
                         "each record must be an object with a text field",
                     )
+                # Records before this one had the field: this record is the one to fix, and
+                # another text_key would break them.
+                fix = (
+                    "give that record its text or remove it"
+                    if read + good > 1
+                    else "pass text_key=<the field holding the text>"
+                )
                 if text_key not in record:
                     raise SourceError(
                         source,
                         f"{where} has no field {text_key!r}; its fields are {sorted(record)}: "
-                        "pass text_key=<the field holding the text>",
+                        + fix,
                     )
                 if record[text_key] is None:
                     raise SourceError(
@@ -1154,10 +1161,11 @@ def check_text_field(
                         "remove it",
                     )
                 if not isinstance(record[text_key], str):
+                    value = record[text_key]
                     raise SourceError(
                         source,
-                        f"{where}: field {text_key!r} is a {type(record[text_key]).__name__}, "
-                        "not a string; pass text_key=<the field holding the text>",
+                        f"{where}: field {text_key!r} holds the {type(value).__name__} "
+                        f"{str(value)[:40]!r}, not a string: {fix}",
                     )
             if len(bad) > good:
                 raise bad[0]

@@ -141,10 +141,12 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
             )
         if not isinstance(text, str):
             what = "has no" if text is None else f"has a {type(text).__name__} in its"
-            raise ValueError(
-                f"{where} {what} {text_key!r} field; pass text_key=... naming "
-                "the field that holds the document text"
+            fix = (  # the records before it have the field: this one is to fix
+                "give that record its text or remove it"
+                if index
+                else "pass text_key=... naming the field that holds the document text"
             )
+            raise ValueError(f"{where} {what} {text_key!r} field; {fix}")
         doc_id = record.get(id_key)
         generated = doc_id is None
         if generated:

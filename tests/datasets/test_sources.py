@@ -503,7 +503,19 @@ def test_a_missing_text_field_names_the_file_line_and_fields(tmp_path):
         check_text_field([str(path)], "text", source="my-source")
     msg = str(e.value)
     assert "'my-source'" in msg and f"line 2 of {path}" in msg
-    assert "no field 'text'" in msg and "['body', 'id']" in msg and "text_key=" in msg
+    # the record before it has the field: another text_key would break that one
+    assert "no field 'text'" in msg and "['body', 'id']" in msg
+    assert msg.endswith("give that record its text or remove it") and "text_key=" not in msg
+    path.write_bytes(b'{"id": 9, "body": "two"}\n' + _jsonl(["one"]))
+    with pytest.raises(SourceError) as e:  # the first record: the field is likely wrong
+        check_text_field([str(path)], "text", source="my-source")
+    assert str(e.value).endswith("pass text_key=<the field holding the text>")
+    path.write_bytes(_jsonl(["one"]) + b'{"id": 9, "text": 12345}\n')
+    with pytest.raises(SourceError) as e:
+        check_text_field([str(path)], "text", source="my-source")
+    assert "field 'text' holds the int '12345', not a string: give that record its text" in str(
+        e.value
+    )
     pq_path = tmp_path / "b.parquet"
     pq_path.write_bytes(_parquet(TEXTS))
     with pytest.raises(

@@ -191,7 +191,7 @@ def test_paragraph_dedup(local_ctx, tmp_path):
 @pytest.mark.parametrize(
     "line,message",
     [
-        ('{"id": 1, "body": "x"}', "record 1 has no 'text' field; pass text_key"),
+        ('{"id": 1, "body": "x"}', "record 1 has no 'text' field; give that record its text"),
         ('{"id": 1, "text": null}', "record 1: field 'text' is null: give that record its text"),
         ('{"id": 1.5, "text": "x"}', "field 'id' is a float"),
         ("[1, 2]", "record 1 is a JSON list"),
@@ -205,6 +205,13 @@ def test_bad_records_are_named(tmp_path, line, message):
         deduplicate(str(path), str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
     assert "bad.jsonl" in str(info.value)
     assert not os.path.exists(tmp_path / "out" / "counts.json")
+
+
+def test_a_first_record_without_the_text_field_asks_for_text_key(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": 0, "body": "fine"}\n')
+    with pytest.raises(Exception, match="record 0 has no 'text' field; pass text_key=..."):
+        deduplicate(str(path), str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
 
 
 def test_paragraph_cut_by_max_chars_is_never_a_duplicate(tmp_path):
