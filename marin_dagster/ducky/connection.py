@@ -7,6 +7,7 @@ registered on the connection (`con.register_filesystem`), not httpfs.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable
@@ -19,7 +20,7 @@ import pyarrow as pa
 from marin_dagster import fs
 from marin_dagster.ducky.catalog import CSV, JSONL, PARQUET, TOKEN_CACHE, Dataset
 from marin_dagster.execution.origins import note_origins
-from marin_dagster.zephyr.readers import InputError, iter_jsonl
+from marin_dagster.zephyr.readers import Cursor, InputError, iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,17 @@ def view_error(dataset: Dataset, error: Exception) -> str:
     """Why the view of `dataset` cannot be made, in one line, and what to do."""
     first = str(error).strip().split("\n")[0].strip().rstrip(".")
     if dataset.format == JSONL:
+        lone = _lone_surrogate_line(first)
+        if lone:
+            # Python reads the escape and the steps keep the text as read, so a rebuild writes
+            # the same line: the fix is where the text comes from.
+            return (
+                f"cannot read {dataset.path} ({dataset.format}, {len(dataset.files)} files): "
+                f"{lone} holds a lone surrogate (a \\uD800-\\uDFFF escape with no pair), which "
+                "DuckDB does not read; the steps keep such text as they read it, so rebuilding "
+                "writes it again: fix or remove that record's text where it comes from, then "
+                "rebuild"
+            )
         first = _bad_json_line(first) or first
     where = f"cannot read {dataset.path} ({dataset.format}, {len(dataset.files)} files): {first}"
     # A copy of the user's file (dataset()'s output) is fixed at its source; the same version
@@ -123,6 +135,26 @@ def view_error(dataset: Dataset, error: Exception) -> str:
 
 
 _MALFORMED = re.compile(r'Malformed JSON in file "([^"]+)"')
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate_line(message: str) -> str | None:
+    """Where the first lone surrogate is in the file DuckDB names (`line N of FILE`), when
+    DuckDB's complaint is one. Python decodes a valid pair to one code point, so a surrogate
+    left in a decoded string has none."""
+    match = _MALFORMED.search(message)
+    if match is None or "surrogate" not in message:
+        return None
+    cursor = Cursor()
+    try:
+        for record in iter_jsonl(match.group(1), cursor):
+            if _SURROGATE.search(json.dumps(record, ensure_ascii=False)):
+                return cursor.describe()
+    except (InputError, OSError):
+        return None
+    return None
 
 
 def _bad_json_line(message: str) -> str | None:

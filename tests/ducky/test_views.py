@@ -325,3 +325,21 @@ def test_a_broken_line_in_a_copy_is_named_by_its_line_and_its_original(tmp_path)
         "there, not in the copy"
     ) in reason
     assert "rebuild" not in reason
+
+
+def test_a_lone_surrogate_is_named_with_its_line_and_no_rebuild_advice(tmp_path):
+    """dupekit keeps a lone surrogate as read and writes it as a JSON escape, which Python
+    reads and DuckDB does not. The reason said "rebuild (force: true)", which writes the same
+    line again, and DuckDB's line number was the next line's."""
+    prefix = str(tmp_path / "data")
+    lines = b'{"id": "ok", "text": "plain"}\n{"id": "lone", "text": "abc \\ud800 def"}\n'
+    out = write_output(prefix, "dedup/s", "eeeeeeee", {"documents/a.jsonl": lines})
+    (dataset,) = resolve_catalog(prefix, [AssetEntry("dedup/s", "k", "eeeeeeee")])
+    unavailable: dict[str, str] = {}
+    connect([dataset], prefix, unavailable)
+    reason = unavailable["dedup/s"]
+    assert (
+        f"line 2 of {out}/documents/a.jsonl (record 1 of that file, from 0) holds a lone" in reason
+    )
+    assert "fix or remove that record's text where it comes from" in reason
+    assert "force: true" not in reason
