@@ -267,9 +267,15 @@ def _bad_line(path: str, lineno: int, line: bytes) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
+        what = f"{e.msg.removesuffix(' at')} at column {e.colno}"
+        if e.msg.startswith("Unterminated string") or (
+            e.msg.startswith("Invalid control character") and not text[e.pos :].strip()
+        ):
+            # The line's own end, read as part of a string: the stdlib calls the newline a
+            # control character.
+            what = "a string is left open: no closing quote before the end of the line"
         raise InputError(
-            f"{path}: line {lineno}: invalid JSON ({e.msg.removesuffix(' at')} at column {e.colno}); "
-            "fix or remove that line"
+            f"{path}: line {lineno}: invalid JSON ({what}); fix or remove that line"
         ) from None
 
 

@@ -107,6 +107,22 @@ def test_invalid_json_error_names_the_line_not_the_record(
     assert "record 2 of" not in str(err)
 
 
+@pytest.mark.parametrize("end", [b"\n", b""])
+def test_a_string_left_open_is_named_as_such(tmp_path, end) -> None:
+    """The stdlib called the line's own newline an "Invalid control character"."""
+    from marin_dagster.zephyr.readers import iter_jsonl
+
+    path = _write(
+        tmp_path / "open.jsonl", b'{"id": 1, "text": "ok"}\n{"id": 20, "text": "unte' + end
+    )
+    with pytest.raises(InputError) as err:
+        list(iter_jsonl(path))
+    assert str(err.value) == (
+        f"{path}: line 2: invalid JSON (a string is left open: no closing quote before the end "
+        "of the line); fix or remove that line"
+    )
+
+
 def test_user_error_names_the_line(local_ctx: ZephyrContext, tmp_path) -> None:
     # Records 0..3 on lines 1, 2, 4, 6: the failing record 3 is on line 6.
     lines = [
