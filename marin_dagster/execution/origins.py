@@ -44,7 +44,7 @@ def note_origins(error: BaseException, inputs: Mapping[str, str], names: Mapping
             copy = next((c for c in copies if c in message), None)
             if copy is not None:
                 error.add_note(
-                    f"{copy} is {names[role]}'s copy of {origin}: a fix belongs there, not "
-                    f"in the copy. The changed source gives {names[role]} a new version, "
+                    f"{copy} is {names[role]}'s copy of {origin}: a fix to the file belongs "
+                    f"there, not in the copy. The changed source gives {names[role]} a new version, "
                     "fetched on the next run, and the steps after it read that one."
                 )

@@ -331,7 +331,7 @@ def test_a_broken_line_in_a_fetched_file_names_the_original_to_fix(tmp_path):
     copy = os.path.join(
         StorageResource(prefix=prefix).output_path("raw/notes", _version(raw)), "docs.jsonl"
     )
-    note = f"{copy} is raw/notes's copy of {src / 'docs.jsonl'}: a fix belongs there"
+    note = f"{copy} is raw/notes's copy of {src / 'docs.jsonl'}: a fix to the file belongs there"
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             [raw, tok], instance=instance, resources=_resources(prefix), raise_on_error=False

@@ -321,8 +321,8 @@ def test_a_broken_line_in_a_copy_is_named_by_its_line_and_its_original(tmp_path)
     assert f"{copy}/notes.jsonl: line 2: invalid JSON" in reason, reason
     assert "line 3" not in reason
     assert (
-        f"{copy}/notes.jsonl is raw/notes's copy of /home/someone/notes.jsonl: a fix belongs "
-        "there, not in the copy"
+        f"{copy}/notes.jsonl is raw/notes's copy of /home/someone/notes.jsonl: a fix to the file "
+        "belongs there, not in the copy"
     ) in reason
     assert "rebuild" not in reason
 
