@@ -181,11 +181,14 @@ def resolve_model(config: TrainLmConfig) -> LlamaConfig:
     if config.tokenizer_vocab_size is not None:
         if model.vocab_size is None:
             model = model.with_vocab(config.tokenizer_vocab_size)
-        elif model.vocab_size != config.tokenizer_vocab_size:
+        elif model.vocab_size < config.tokenizer_vocab_size:
+            # Larger is padding, as Levanter rounds its vocabulary axis up and Hugging Face
+            # models ship it (Qwen's 151,936 rows for 151,665 tokens): rows never a target.
             raise TrainInputError(
                 f"model.vocab_size is {model.vocab_size} but the tokenizer has "
-                f"{config.tokenizer_vocab_size} tokens (tokenizer_vocab_size): they must match; "
-                "leave model.vocab_size unset to take it from the tokenizer"
+                f"{config.tokenizer_vocab_size} tokens (tokenizer_vocab_size): the model needs "
+                "a row for each; leave model.vocab_size unset to take it from the tokenizer, "
+                "or give at least as many (more pads the vocabulary)"
             )
     if model.vocab_size is None:
         raise TrainInputError(

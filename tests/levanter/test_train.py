@@ -280,6 +280,14 @@ def test_bad_input_fails_before_any_compute(
     assert not (out / "checkpoints").exists()
 
 
+def test_a_vocabulary_padded_past_the_tokenizers_trains(caches: dict[str, str], tmp_path) -> None:
+    """A model with more rows than tokens (Levanter pads its vocabulary axis; Hugging Face
+    models such as Qwen ship padded) was refused: the sizes had to match."""
+    config = _config(caches, model=MODEL.with_vocab(VOCAB + 14), num_train_steps=3, keep=1)
+    result = train_fn(config, str(tmp_path / "out"))
+    assert result.final_train_loss < math.log(VOCAB + 14) + 1
+
+
 def test_bad_mixture_weight_is_named(caches: dict[str, str], tmp_path) -> None:
     with pytest.raises(TrainInputError, match=r"datasets\[.*noise'\]: mixture weight"):
         train_fn(
