@@ -21,6 +21,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from assets.dataset import records_text_key
 from marin_dagster import fs
 from marin_dagster.ducky import catalog
 from marin_dagster.ducky.stats import measure, stats_tables
@@ -32,7 +33,7 @@ from marin_dagster.execution.asset import (
     versioned_asset,
 )
 from marin_dagster.execution.status import StepStatus, read_status
-from marin_dagster.execution.version import StepConfig
+from marin_dagster.execution.version import StepConfig, added_later
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.zephyr import Dataset as ZephyrDataset
 from resources.ducky import asset_entry, stats_writer
@@ -42,7 +43,15 @@ catalog.register_kind(KIND, format=catalog.PARQUET, files="datasets.parquet")
 
 
 class DatasetStatsConfig(StepConfig):
-    """No knobs yet: the statistics depend only on the datasets (their versions)."""
+    """The statistics depend on the datasets (their versions) and where their text is."""
+
+    text_keys: dict[str, str] = added_later({})
+    """The text field of each dataset whose field is not "text" (`dataset(text_key=...)`):
+    their lengths used to come back empty."""
+
+
+# Steps whose output is no dataset: measured, a checkpoint's metrics.jsonl read as one.
+_NOT_DATASETS = ("tokenizer", "train_lm", "evaluate", KIND, "watched_folder")
 
 
 def _write_parquet(path: str, table: pa.Table) -> None:
@@ -108,12 +117,19 @@ def _make_run(roles: Mapping[str, Any]):
         # the tables, the stats database through its single writer.
         root = step.resources.storage.root
         zephyr = step.resources.zephyr
+        jobs = [(d, root, config.text_keys.get(d.name, "text")) for d in found]
         ran = zephyr.execute(
-            ZephyrDataset.from_list([(d, root) for d in found]).reshard(len(found)).map(measure),
+            ZephyrDataset.from_list(jobs).reshard(len(found)).map(measure),
             context=step.dagster,
             output_path=output_path,
         )
         results = list(ran.results)
+        for (dataset, _root, text_key), result in zip(jobs, results, strict=True):
+            if result.row["length_unit"] is None:
+                step.log.warning(
+                    f"dataset_stats: {dataset.name} has no text field {text_key!r}: its "
+                    "documents are counted, their lengths not measured"
+                )
         datasets, histogram = stats_tables(results)
         _write_parquet(fs.join(output_path, "datasets.parquet"), datasets)
         _write_parquet(fs.join(output_path, "length_histogram.parquet"), histogram)
@@ -139,12 +155,20 @@ def dataset_stats(
         raise ValueError(f"dataset_stats({name!r}): give at least one dataset asset")
     with defining("dataset_stats", name):
         steps_by_name(datasets, "dataset")  # by name below: one name, one dataset
+        for a in datasets:
+            step = step_for(a, "dataset")
+            if step.kind in _NOT_DATASETS:
+                raise ValueError(
+                    f"datasets: {step.name} is a {step.kind} output, not a dataset; give the "
+                    "datasets (dataset, deduplicated, tokenized, ... assets) to measure"
+                )
+        text_keys = {step_for(a).name: records_text_key(a) for a in datasets}
     upstream = {step_for(a).name: a for a in datasets}
     roles = {role: asset_entry(step_for(a)) for role, a in upstream.items()}
     return versioned_asset(
         name=name,
         kind=KIND,
-        config=DatasetStatsConfig(),
+        config=DatasetStatsConfig(text_keys={n: k for n, k in text_keys.items() if k != "text"}),
         run=_make_run(roles),
         upstream=upstream,
         description="Documents, tokens and length distribution per dataset "

@@ -1,7 +1,7 @@
 """Per-dataset statistics in SQL: documents, tokens where tokenized, the length distribution.
 
-Text datasets (a `text` column) measure length in characters; token caches in
-tokens. The histogram uses power-of-two buckets `[2^k, 2^(k+1))` (bucket 0
+Text datasets measure length in characters (of their text field, `text` unless given);
+token caches in tokens. The histogram uses power-of-two buckets `[2^k, 2^(k+1))` (bucket 0
 holds empty documents), so datasets of any size compare on one axis.
 """
 
@@ -51,19 +51,23 @@ class DatasetStats:
     histogram: list[dict[str, Any]]
 
 
-def _length_expr(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> tuple[str | None, str]:
+def _length_expr(
+    con: duckdb.DuckDBPyConnection, dataset: Dataset, text_key: str
+) -> tuple[str | None, str]:
     if dataset.format == TOKEN_CACHE:
         return "num_tokens", "tokens"
     columns = {r[0] for r in con.execute(f"DESCRIBE {quote_ident(dataset.name)}").fetchall()}
-    if "text" in columns:
-        return "length(CAST(text AS VARCHAR))", "chars"
+    if text_key in columns:
+        return f"length(CAST({quote_ident(text_key)} AS VARCHAR))", "chars"
     return None, ""
 
 
-def dataset_stats(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> DatasetStats:
-    """Statistics of one dataset whose view exists on `con`."""
+def dataset_stats(
+    con: duckdb.DuckDBPyConnection, dataset: Dataset, text_key: str = "text"
+) -> DatasetStats:
+    """Statistics of one dataset whose view exists on `con`, its text in `text_key`."""
     view = quote_ident(dataset.name)
-    length, unit = _length_expr(con, dataset)
+    length, unit = _length_expr(con, dataset, text_key)
     row: dict[str, Any] = {name: None for name in DATASETS_SCHEMA.names}
     row.update(
         dataset=dataset.name,
@@ -106,13 +110,14 @@ def dataset_stats(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> DatasetSt
     return DatasetStats(row, histogram)
 
 
-def measure(job: tuple[Dataset, str]) -> DatasetStats:
-    """The statistics of one dataset under a prefix: a Zephyr task of `dataset_stats`, here
-    rather than in `assets/` so a worker unpickling it does not import Dagster."""
-    dataset, prefix = job
+def measure(job: tuple[Dataset, str, str]) -> DatasetStats:
+    """The statistics of one dataset under a prefix, its text in a field: a Zephyr task of
+    `dataset_stats`, here rather than in `assets/` so a worker unpickling it does not import
+    Dagster."""
+    dataset, prefix, text_key = job
     con = connect([dataset], prefix)
     try:
-        return dataset_stats(con, dataset)
+        return dataset_stats(con, dataset, text_key)
     finally:
         con.close()
 

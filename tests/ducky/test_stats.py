@@ -153,3 +153,38 @@ def test_writers_to_the_stats_database_take_turns(tmp_path):
         assert con.execute(
             "SELECT writer, count(*) FROM writes GROUP BY writer ORDER BY writer"
         ).fetchall() == [(i, 20) for i in range(3)] + [(99, 1)]
+
+
+def test_stats_measure_each_datasets_own_text_field_and_refuse_what_is_no_dataset(
+    tmp_path, dagster_home
+):
+    """A CSV read with `text_key="body"` (and a dedup of it) came back with no lengths, and
+    nothing said so; a tokenizer or a checkpoint was accepted as a dataset (a checkpoint's
+    metrics.jsonl measured as its documents)."""
+    import pytest
+
+    from assets import dataset, deduplicated, tokenizer
+
+    src = tmp_path / "table.csv"
+    src.write_text("id,body,label\n" + "".join(f"{i},{'word ' * (i + 1)},x\n" for i in range(9)))
+    raw = dataset("raw/table", str(src), text_key="body")
+    clean = deduplicated("dedup/table", source=raw, mode="exact")
+    stats = dataset_stats("stats/table", datasets=[raw, clean])
+    prefix = str(tmp_path / "data")
+    resources = {
+        "storage": StorageResource(prefix=prefix),
+        "duckdb": stats_duckdb(prefix),
+        "zephyr": ZephyrResource(max_workers=1),
+    }
+    with dg.DagsterInstance.get() as instance:
+        assert dg.materialize([raw, clean, stats], resources=resources, instance=instance).success
+    with duckdb.connect(stats_database_path(prefix), read_only=True) as con:
+        rows = con.execute(
+            "SELECT dataset, text_chars, length_unit FROM datasets ORDER BY dataset"
+        ).fetchall()
+    chars = sum(len("word " * (i + 1)) for i in range(9))
+    assert rows == [("dedup/table", chars, "chars"), ("raw/table", chars, "chars")]
+
+    tok = tokenizer("tokenizers/table", source=raw, vocab_size=300)
+    with pytest.raises(ValueError, match=r"tokenizers/table is a tokenizer output, not a dataset"):
+        dataset_stats("stats/tok", datasets=[raw, tok])
