@@ -114,14 +114,69 @@ class Experiment:
                 len(ended),
                 ", ".join(ended),
             )
-        return dg.materialize(
+        result = dg.materialize(
             self.assets(),
             instance=instance,
             # Merged, not replacing: a partial dict otherwise failed with Dagster's "resource
             # 'storage' required by op ... was not provided".
             resources={**local_resources(), **(resources or {})},
             tags={**run_process_tags(), **({FORCE_TAG: "true"} if force else {})},
+            # Raising at the first failure stopped the run there: the steps that do not
+            # depend on the failed one never started, as they do under `dagster job execute`.
+            raise_on_error=False,
         )
+        if not result.success:
+            built = [s.asset.op.name for s in upstream_closure(self.leaves) if not s.observed]
+            failed = StepsFailedError(result, built)
+            if failed.interrupted:  # Ctrl-C: Dagster stopped the run; say so as Python does
+                raise KeyboardInterrupt(str(failed)) from None
+            raise failed
+        return result
+
+
+class StepsFailedError(Exception):
+    """Steps of an in-process run failed; the others ran, and those after a failed one were
+    skipped. The message names each failed step and the first line of its error."""
+
+    def __init__(self, result: dg.ExecuteInProcessResult, steps: Sequence[str]) -> None:
+        self.result = result
+        failures = {
+            e.step_key: _root_cause(e.step_failure_data.error)
+            for e in result.all_events
+            if e.is_step_failure and e.step_failure_data and e.step_failure_data.error
+        }
+        ran = {e.step_key for e in result.all_events if e.is_step_success or e.is_step_failure}
+        skipped = [key for key in steps if key not in ran]
+        lines = [
+            f"  {key}: {(error.message.strip() or error.cls_name).splitlines()[0]}"
+            for key, error in failures.items()
+        ]
+        after = f"; skipped after them: {', '.join(skipped)}" if skipped else ""
+        self.interrupted = any(e.cls_name in _INTERRUPTS for e in failures.values())
+        if self.interrupted:
+            message = (
+                f"run {result.run_id} was stopped in {', '.join(failures)}; not run: "
+                f"{', '.join(skipped) or 'none'}. Run it again: what finished is skipped, and "
+                "what was stopped resumes"
+            )
+        else:
+            message = (
+                f"run {result.run_id}: {len(failures) or 'its'} step(s) failed{after}; the "
+                "other steps ran. Their logs are in the run's log (dagster dev shows it); fix "
+                "what failed and run again: what succeeded is skipped.\n" + "\n".join(lines)
+            )
+        super().__init__(message)
+
+
+# What a step's error is when the run was stopped (Ctrl-C, SIGTERM), not failed.
+_INTERRUPTS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+
+
+def _root_cause(error: Any) -> Any:
+    """The user's own error inside Dagster's wrapping of it (SerializableErrorInfo)."""
+    while error.cause is not None:
+        error = error.cause
+    return error
 
 
 def _script_flags() -> list[str]:

@@ -140,3 +140,37 @@ def test_a_killed_script_run_is_ended_by_the_next_run(tmp_path, dagster_home) ->
         statuses = {r.run_id: r.status for r in instance.get_runs()}
     assert sorted(s.value for s in statuses.values()) == ["FAILURE", "SUCCESS"]
     assert os.path.isdir(tmp_path / "data" / "t")
+
+
+def test_ctrl_c_stops_a_script_run_and_says_how_to_resume(tmp_path, dagster_home) -> None:
+    """A failed step no longer stops the run (the other branches run), but Ctrl-C still
+    does, and says so: not "fix what failed"."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import subprocess_env
+
+    script = tmp_path / "exp.py"
+    script.write_text(KILLED_SCRIPT)
+    block, started = tmp_path / "block", tmp_path / "started"
+    block.touch()
+    env = subprocess_env(
+        DAGSTER_HOME=dagster_home,
+        MARIN_PREFIX=str(tmp_path / "data"),
+        BLOCK_FILE=str(block),
+        STARTED_FILE=str(started),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode in (-signal.SIGINT, 130), stderr[-2000:]
+    assert "was stopped in t__wait" in stderr and "Run it again" in stderr, stderr[-2000:]
+    assert "fix what failed" not in stderr

@@ -309,6 +309,32 @@ def test_the_dry_run_rebuilds_what_an_input_rebuilt_with_other_data_makes_outdat
     ]
 
 
+def test_a_failed_step_does_not_stop_the_steps_that_do_not_depend_on_it(tmp_path, monkeypatch):
+    """`python exp.py` stopped at the first failure: a branch of the graph independent of
+    it never started, and nothing said so. Now the run goes on as `dagster job execute`
+    does, and the error names what failed and what was skipped after it."""
+    from assets.experiment import StepsFailedError
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+
+    def broken(config: Cfg) -> None:
+        raise RuntimeError("the step's own error")
+
+    bad = ExecutorStep("t/bad", broken, Cfg(this_output_path(), versioned(1)))
+    after = ExecutorStep(
+        "t/after", noop, Cfg(this_output_path(), versioned(1), inputs=(output_path_of(bad),))
+    )
+    good = ExecutorStep("t/good", noop, Cfg(this_output_path(), versioned(1)))
+    prefix = str(tmp_path / "data")
+    with pytest.raises(StepsFailedError) as err:
+        executor_main(steps=[after, good], argv=["--prefix", prefix])
+    message = str(err.value)
+    assert "1 step(s) failed; skipped after them: t__after" in message, message
+    assert "t__bad: RuntimeError: the step's own error" in message
+    good_out = f"{prefix}/t/good-{step_for(lower(good)).version}"
+    assert read_status(good_out).status == StepStatus.SUCCESS
+
+
 def test_an_input_being_rebuilt_does_not_make_the_step_after_it_outdated(
     tmp_path, monkeypatch, capsys
 ):
