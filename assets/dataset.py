@@ -330,10 +330,10 @@ def as_dataset(
 _KEEP_RECORDS = ("dataset", "deduplicated")
 
 
-def records_text_key(source: Any) -> str:
+def records_text_key(source: Any, role: str = "source") -> str:
     """The field holding the text in `source`'s records: the one its step was given where it
     keeps the records as read (`dataset(..., text_key="body")`, a dedup of that), else "text".
     What the factories after it default to: each used "text", and failed on a dataset read
     with another field."""
-    step = step_for(source)
+    step = step_for(source, role)
     return getattr(step.config, "text_key", "text") if step.kind in _KEEP_RECORDS else "text"

@@ -162,7 +162,7 @@ def dataset_stats(
                     f"datasets: {step.name} is a {step.kind} output, not a dataset; give the "
                     "datasets (dataset, deduplicated, tokenized, ... assets) to measure"
                 )
-        text_keys = {step_for(a).name: records_text_key(a) for a in datasets}
+        text_keys = {step_for(a).name: records_text_key(a, "dataset") for a in datasets}
     upstream = {step_for(a).name: a for a in datasets}
     roles = {role: asset_entry(step_for(a)) for role, a in upstream.items()}
     return versioned_asset(
