@@ -574,6 +574,13 @@ class ZephyrContext:
                     )
                     progress.retried()
                     pending.append(i)
+        except ShardFailedError:
+            # Let the other shards' tasks end before the error is raised: one still running
+            # would write its output after the run was reported failed (and its output put
+            # back as it was), and a rerun would find a shard the failed run never reported.
+            while in_flight:
+                in_flight -= len(backend.poll(0.5))
+            raise
         finally:
             progress.close()
         if not_read:
