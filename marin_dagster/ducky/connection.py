@@ -99,8 +99,16 @@ def view_sql(dataset: Dataset) -> str:
 
 def add_view(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> None:
     if dataset.format == TOKEN_CACHE:
-        # Token ids stay in their .npy files; the view lists documents and their lengths.
-        con.register(dataset.name, token_cache_table(dataset))
+        # Token ids stay in their .npy files; the table lists documents and their lengths. A
+        # table, not a registered Arrow object: those are seen by their connection alone, and
+        # the SQL service runs each query on a cursor of its own.
+        con.register("_token_cache", token_cache_table(dataset))
+        try:
+            con.execute(
+                f"CREATE OR REPLACE TABLE {quote_ident(dataset.name)} AS SELECT * FROM _token_cache"
+            )
+        finally:
+            con.unregister("_token_cache")
         return
     con.execute(f"CREATE OR REPLACE VIEW {quote_ident(dataset.name)} AS {view_sql(dataset)}")
 

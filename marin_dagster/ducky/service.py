@@ -177,6 +177,8 @@ class SqlService:
         self._refreshed = 0.0
         self.executed = 0
         """Queries that reached DuckDB (cache misses), for tests and /health."""
+        self.running = 0
+        """Queries running now, for tests and /health."""
 
     # -- catalog --------------------------------------------------------------
     def _refresh(self, force: bool = False) -> None:
@@ -196,8 +198,8 @@ class SqlService:
         datasets = [d for d in items if isinstance(d, Dataset)]
         con = connect(datasets, self.prefix, unavailable)
         lock_down(con, self.prefix)
-        if self._con is not None:
-            self._con.close()
+        # The old connection is not closed here: a query may still be running on a cursor of
+        # it (queries run outside the lock). It closes when its last query lets go of it.
         self._con, self._keys, self._unavailable = con, keys, unavailable
         self._datasets = [d for d in datasets if d.name not in unavailable]
         self._cache.clear()
@@ -253,16 +255,24 @@ class SqlService:
         key = (statement.strip(), limit)
         with self._lock:
             self._refresh()
+            if any(name in statement for name in self._not_built):
+                # Built since the last look, perhaps (the catalog is read every refresh_s):
+                # look again rather than answer "not materialized" for up to refresh_s.
+                self._refresh(force=True)
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return {**self._cache[key][0], "cached": True}
-            result, size = self._execute(statement, limit)
-            if size <= self.cache_bytes:
+            con = self._con
+        # Outside the lock, on a cursor of its own: one slow query held every other request
+        # (and /tables) until it ended or timed out.
+        result, size = self._execute(con, statement, limit)
+        with self._lock:
+            if con is self._con and key not in self._cache and size <= self.cache_bytes:
                 self._cache[key] = (result, size)
                 self._cached_bytes += size
                 while len(self._cache) > self.cache_size or self._cached_bytes > self.cache_bytes:
                     self._cached_bytes -= self._cache.popitem(last=False)[1][1]
-            return {**result, "cached": False}
+        return {**result, "cached": False}
 
     def _quoting_hint(self, sql: str) -> str:
         """Where `sql` names a view holding "/" without double quotes, how to write it.
@@ -367,10 +377,14 @@ class SqlService:
             "(e.g. left(text, 200) instead of text), aggregate (count(*), GROUP BY), or add LIMIT"
         )
 
-    def _execute(self, statement: str, limit: int | None) -> tuple[dict[str, Any], int]:
+    def _execute(
+        self, connection: duckdb.DuckDBPyConnection | None, statement: str, limit: int | None
+    ) -> tuple[dict[str, Any], int]:
         """The result and its rows' size as JSON; fetches at most `cap + 1` rows, in batches."""
-        assert self._con is not None
-        con = self._con
+        assert connection is not None
+        con = connection.cursor()  # its own connection to the views, for this thread
+        with self._lock:
+            self.running += 1
         cap = self.max_rows if limit is None else limit
         timer = threading.Timer(self.timeout_s, con.interrupt)
         started = time.monotonic()
@@ -417,6 +431,9 @@ class SqlService:
             raise QueryFailed(message) from e
         finally:
             timer.cancel()
+            con.close()
+            with self._lock:
+                self.running -= 1
         self.executed += 1
         if more and limit is None:
             raise self._too_many_rows()
@@ -487,7 +504,9 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path == "/health":
-                self._send(200, {"ok": True, "executed": service.executed})
+                self._send(
+                    200, {"ok": True, "executed": service.executed, "running": service.running}
+                )
             elif self.path == "/tables":
                 tables = service.tables()
                 unavailable = [{"name": n, "reason": r} for n, r in service.unavailable().items()]

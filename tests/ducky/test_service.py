@@ -187,3 +187,45 @@ def test_reads_inside_the_prefix_are_allowed(served):
         url, f"SELECT count(*) FROM read_json('{prefix}/raw/corpus-aaaaaaaa/*.jsonl.gz')"
     )
     assert code == 200 and body["rows"] == [[40]]
+
+
+def test_a_slow_query_does_not_hold_the_other_requests(tmp_path, corpus_records):
+    """Every request waited on one lock: a query running to its timeout held /tables and
+    every other query (a `SELECT 42` took 27 s)."""
+    from marin_dagster.ducky import resolve_views
+
+    prefix = str(tmp_path / "data")
+    write_output(prefix, "raw/corpus", "aaaaaaaa", {"a.jsonl.gz": jsonl_gz(corpus_records)})
+    service = SqlService(prefix, lambda: resolve_views(prefix, ENTRIES), timeout_s=8.0)
+    with serving(service) as url:
+        slow: list[tuple[int, dict[str, Any]]] = []
+        thread = threading.Thread(
+            target=lambda: slow.append(post(url, "SELECT count(*) FROM range(100000000000) a"))
+        )
+        thread.start()
+        while service.running == 0 and not slow:
+            threading.Event().wait(0.05)
+        code, body = post(url, 'SELECT count(*) FROM "raw/corpus"')
+        with urllib.request.urlopen(f"{url}/tables", timeout=60) as response:
+            tables = json.loads(response.read())
+        answered_while_running = thread.is_alive()
+        thread.join(60)
+    assert code == 200 and body["rows"] == [[40]]
+    assert [t["name"] for t in tables["tables"]] == ["raw/corpus"]
+    assert answered_while_running  # both came back while the slow one still ran
+    assert slow[0][0] == 408  # which then met its timeout
+
+
+def test_a_view_built_since_the_last_look_is_seen_at_once(tmp_path, corpus_records):
+    """The catalog is read every refresh_s (30 s): a query of an asset materialized in the
+    meantime said "not materialized yet" until then."""
+    from marin_dagster.ducky import resolve_views
+    from marin_dagster.ducky.service import QueryFailed
+
+    prefix = str(tmp_path / "data")
+    entries = [AssetEntry("raw/late", "k", "bbbbbbbb")]
+    service = SqlService(prefix, lambda: resolve_views(prefix, entries))
+    with pytest.raises(QueryFailed, match="not materialized yet"):
+        service.query('SELECT count(*) FROM "raw/late"')
+    write_output(prefix, "raw/late", "bbbbbbbb", {"a.jsonl.gz": jsonl_gz(corpus_records)})
+    assert service.query('SELECT count(*) FROM "raw/late"')["rows"] == [[40]]
