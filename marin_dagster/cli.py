@@ -98,9 +98,14 @@ def _steps(python_file: str | None = None, module_name: str | None = None) -> li
 
 def _prefix(arg: str | None) -> str:
     from marin_dagster import fs
-    from resources.storage import default_prefix
+    from resources.storage import StorageError, default_prefix, prefix_problem
 
-    return fs.normalize(arg or default_prefix())
+    prefix = fs.normalize(arg or default_prefix())
+    try:
+        prefix_problem(prefix)  # a file: nothing under it to read (a traceback before)
+    except StorageError as e:
+        raise LocationError(str(e)) from None
+    return prefix
 
 
 def _catalog(prefix: str, steps: list[Any]) -> Any:

@@ -21,6 +21,26 @@ class StorageError(RuntimeError):
     pass
 
 
+def prefix_problem(prefix: str) -> str | None:
+    """For what only reads the prefix (a dry run, `marin status`): StorageError where a local
+    prefix is a file, under which nothing can be read; why a run could not write it, or None.
+    A run checks more (`check_writable`)."""
+    path = fs.local_path(prefix)
+    if path is None:
+        return None
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StorageError(
+            f"storage prefix {prefix!r} is a file, not a folder: give MARIN_PREFIX (a script's "
+            "--prefix) a folder"
+        )
+    existing = path
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"storage prefix {prefix!r} is not writable ({existing} is not)"
+    return None
+
+
 class StorageResource(dg.ConfigurableResource):
     """Every step writes `{prefix}/{name}-{version}`; set `prefix` with MARIN_PREFIX."""
 
@@ -67,7 +87,8 @@ class StorageResource(dg.ConfigurableResource):
         except Exception as e:
             raise StorageError(
                 f"storage prefix {self.root!r} is not writable ({type(e).__name__}: {e}). "
-                "Set MARIN_PREFIX (or StorageResource.prefix) to a folder or bucket you can write."
+                "Set MARIN_PREFIX (a script's --prefix, StorageResource.prefix) to a folder or "
+                "bucket you can write."
             ) from e
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:

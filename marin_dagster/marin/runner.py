@@ -84,10 +84,15 @@ class StepRunner:
         `force_run_failed=False` refuses to rerun a step whose last attempt FAILED.
         """
         from resources import local_resources
+        from resources.storage import StorageError, prefix_problem
 
         resources = local_resources(self.prefix)  # None: MARIN_PREFIX, else ./data
         plan = self.plan(steps, run_only)
         storage = resources["storage"]
+        try:
+            problem = prefix_problem(storage.root)
+        except StorageError as e:
+            raise PlanError(str(e)) from None
         states = {s.name: read_status(storage.output_path(s.name, s.version)) for s in plan}
         failed = [
             s.name for s in plan if states[s.name] and states[s.name].status == StepStatus.FAILED
@@ -128,6 +133,8 @@ class StepRunner:
                 )
             if refusal:
                 print(f"nothing would run: {refusal}")
+            elif problem is not None:
+                print(f"a run would fail: {problem}; give --prefix (or MARIN_PREFIX) another")
             return None
         if refusal:
             raise PlanError(refusal)

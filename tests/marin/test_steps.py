@@ -335,6 +335,22 @@ def test_a_failed_step_does_not_stop_the_steps_that_do_not_depend_on_it(tmp_path
     assert read_status(good_out).status == StepStatus.SUCCESS
 
 
+def test_a_prefix_that_is_a_file_is_said_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """`--prefix` (or MARIN_PREFIX) naming a file: the dry run and `marin status` failed
+    with NotADirectoryError on a status file under it."""
+    from marin_dagster.cli import main
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    afile = tmp_path / "afile"
+    afile.write_text("hi")
+    step = ExecutorStep("t/p", noop, Cfg(this_output_path(), versioned(1)))
+    with pytest.raises(SystemExit):
+        executor_main(steps=[step], argv=["--prefix", str(afile), "--dry_run"])
+    assert f"storage prefix '{afile}' is a file, not a folder" in capsys.readouterr().err
+    assert main(["status", "--prefix", str(afile)]) == 2
+    assert f"marin status: storage prefix '{afile}' is a file" in capsys.readouterr().err
+
+
 def test_an_input_being_rebuilt_does_not_make_the_step_after_it_outdated(
     tmp_path, monkeypatch, capsys
 ):
