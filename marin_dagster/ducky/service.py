@@ -248,6 +248,8 @@ class SqlService:
         limit = check_limit(limit, self.max_rows)
         if not isinstance(sql, str):
             raise QueryFailed(f"the SQL must be a string, got {type(sql).__name__}")
+        if not sql.strip():  # a malformed request (400), not a refused statement (403)
+            raise QueryFailed('the SQL is empty: send one SELECT, e.g. {"sql": "SELECT 1"}')
         try:
             statement = check_read_only(sql)
         except duckdb.Error as e:

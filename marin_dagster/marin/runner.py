@@ -163,11 +163,34 @@ def executor_main(
     --force_run_failed B   rerun steps that FAILED (default true)
     """
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--prefix", default=None)
-    parser.add_argument("--dry_run", "--dry-run", type=_bool, nargs="?", const=True, default=False)
-    parser.add_argument("--run_only", "--run-only", nargs="+", default=None)
     parser.add_argument(
-        "--force_run_failed", "--force-run-failed", type=_bool, nargs="?", const=True, default=True
+        "--prefix", default=None, help="where outputs go (default: MARIN_PREFIX, else ./data)"
+    )
+    parser.add_argument(
+        "--dry_run",
+        "--dry-run",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="print each step, its version, its output and whether a run would build it",
+    )
+    parser.add_argument(
+        "--run_only",
+        "--run-only",
+        nargs="+",
+        default=None,
+        metavar="REGEX",
+        help="only the steps whose names match (and the steps they depend on)",
+    )
+    parser.add_argument(
+        "--force_run_failed",
+        "--force-run-failed",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="rerun steps whose last attempt FAILED (default: true; false refuses to run)",
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     steps = list(getattr(config, "steps", None) or steps)

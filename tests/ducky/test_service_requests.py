@@ -143,3 +143,10 @@ def test_a_json_body_is_read_as_json_whatever_its_content_type(url, ctype):
 def test_a_plain_sql_body_still_runs_as_sql(url):
     code, raw = request(url, b'SELECT count(*) AS n FROM "raw/notes"', "text/plain")
     assert code == 200 and json.loads(raw)["rows"] == [[40]], raw
+
+
+@pytest.mark.parametrize("body", [b'{"sql": ""}', b'{"sql": "  "}'])
+def test_an_empty_sql_is_a_400_not_a_refusal(url, body):
+    """It was a 403 "refused", as if it had tried to write."""
+    code, raw = request(url, body)
+    assert code == 400 and "the SQL is empty" in raw.decode(), raw
