@@ -7,8 +7,7 @@ Names resolve lazily, so a worker running only exact dedup never imports JAX.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from marin_dagster.lazy import lazy_exports
 
 _EXPORTS = {
     "DedupConfig": "pipeline",
@@ -28,7 +27,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'marin_dagster.dupekit' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"marin_dagster.dupekit.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

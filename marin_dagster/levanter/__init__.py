@@ -10,8 +10,7 @@ Names resolve lazily: the configs are part of every experiment, and a code locat
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from marin_dagster.lazy import lazy_exports
 
 _EXPORTS = {
     "NAMED_CONFIGS": "config",
@@ -39,7 +38,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'marin_dagster.levanter' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"marin_dagster.levanter.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -91,18 +91,13 @@ if __name__ == "__main__":
 """
 
 
-def test_a_killed_script_run_is_ended_by_the_next_run(tmp_path, dagster_home) -> None:
-    """`python exp.py` killed with -9 left its run STARTED for ever: `marin status` judged only
-    the runs of `dagster` commands, and two such runs held the daemon's two run slots, so a
-    run launched from the UI stayed QUEUED. The script's run now names its process, and the
-    next run (or `marin status`) ends it."""
-    import os
-    import signal
+def _run_until_the_step_waits(tmp_path, dagster_home, **popen) -> tuple:
+    """`python exp.py` of KILLED_SCRIPT, started and left inside its step: the process, the
+    file that holds the step (remove it to let the step end), and the script's environment."""
     import subprocess
     import sys
     import time
 
-    from marin_dagster.execution.instance import RUN_PID_TAG
     from tests.conftest import subprocess_env
 
     script = tmp_path / "exp.py"
@@ -115,11 +110,27 @@ def test_a_killed_script_run_is_ended_by_the_next_run(tmp_path, dagster_home) ->
         BLOCK_FILE=str(block),
         STARTED_FILE=str(started),
     )
-    proc = subprocess.Popen([sys.executable, str(script)], env=env)
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, **popen)
     deadline = time.monotonic() + 120
     while not started.exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
         time.sleep(0.1)
+    return proc, block, env
+
+
+def test_a_killed_script_run_is_ended_by_the_next_run(tmp_path, dagster_home) -> None:
+    """`python exp.py` killed with -9 left its run STARTED for ever: `marin status` judged only
+    the runs of `dagster` commands, and two such runs held the daemon's two run slots, so a
+    run launched from the UI stayed QUEUED. The script's run now names its process, and the
+    next run (or `marin status`) ends it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from marin_dagster.execution.instance import RUN_PID_TAG
+
+    proc, block, env = _run_until_the_step_waits(tmp_path, dagster_home)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
@@ -129,7 +140,11 @@ def test_a_killed_script_run_is_ended_by_the_next_run(tmp_path, dagster_home) ->
         assert killed.tags[RUN_PID_TAG] == str(proc.pid)
     block.unlink()
     rerun = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(tmp_path / "exp.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert rerun.returncode == 0, rerun.stderr
     assert f"marked 1 run(s) whose process on this host is gone as failed: {killed.run_id}" in (
@@ -147,28 +162,10 @@ def test_ctrl_c_stops_a_script_run_and_says_how_to_resume(tmp_path, dagster_home
     does, and says so: not "fix what failed"."""
     import signal
     import subprocess
-    import sys
-    import time
 
-    from tests.conftest import subprocess_env
-
-    script = tmp_path / "exp.py"
-    script.write_text(KILLED_SCRIPT)
-    block, started = tmp_path / "block", tmp_path / "started"
-    block.touch()
-    env = subprocess_env(
-        DAGSTER_HOME=dagster_home,
-        MARIN_PREFIX=str(tmp_path / "data"),
-        BLOCK_FILE=str(block),
-        STARTED_FILE=str(started),
+    proc, _, _ = _run_until_the_step_waits(
+        tmp_path, dagster_home, stderr=subprocess.PIPE, text=True
     )
-    proc = subprocess.Popen(
-        [sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 120
-    while not started.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
-        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode in (-signal.SIGINT, 130), stderr[-2000:]
