@@ -246,7 +246,7 @@ def status_rows(
                 state = record.status.value if record else "missing"
                 if record is not None and record.status == StepStatus.RUNNING:
                     state = _running_state(path)
-                elif step.idle_reason():
+                elif step.why_nothing_to_build():
                     state = NOTHING_TO_BUILD
                 elif record is not None and record.status == StepStatus.SUCCESS:
                     if step.changed_inputs(record, output_path):
@@ -292,7 +292,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for row in rows:
         if row[2] == NOTHING_TO_BUILD:
             sys.stderr.write(
-                f"marin status: {row[0]}: {NOTHING_TO_BUILD}: {by_name[row[0]].idle_reason()}. A "
+                f"marin status: {row[0]}: {NOTHING_TO_BUILD}: {by_name[row[0]].why_nothing_to_build()}. A "
                 "run skips it and the steps after it; what they built before stays as it was\n"
             )
     if any(row[2] == INTERRUPTED for row in rows):

@@ -75,7 +75,7 @@ class Step:
     nothing_to_build: Callable[[Any], str | None] | None = None
     """Why there is nothing to build now (an empty inbox), or None: see `versioned_asset`."""
 
-    def idle_reason(self) -> str | None:
+    def why_nothing_to_build(self) -> str | None:
         """Why a run would build nothing here now (and skip the steps after it), or None."""
         return self.nothing_to_build(self.config) if self.nothing_to_build else None
 
@@ -533,7 +533,7 @@ def versioned_asset(
         )
 
     def optional(context: dg.AssetExecutionContext, config: StepRunConfig):
-        reason = registered.idle_reason()
+        reason = registered.why_nothing_to_build()
         if reason:
             output_path = context.resources.storage.output_path(name, version)
             before = read_status(output_path)

@@ -112,7 +112,7 @@ class StepRunner:
                     continue
                 record = states[s.name]
                 state = record.status.value if record else "missing"
-                reason = s.idle_reason()
+                reason = s.why_nothing_to_build()
                 after = next((up.name for up in s.upstream.values() if up.name in idle), None)
                 if reason or after:
                     idle.add(s.name)
