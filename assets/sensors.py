@@ -13,6 +13,7 @@ queued or running, a new change waits and is requested once that run ends.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import logging
 import time
@@ -23,7 +24,7 @@ import dagster as dg
 
 from assets.experiment import Experiment
 from assets.watched import WATCHED_KIND
-from marin_dagster.datasets.watch import folder_state
+from marin_dagster.datasets.watch import content_hash, folder_state
 from marin_dagster.execution.asset import Step, step_for, upstream_closure
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,18 @@ def _downstream_keys(steps: Sequence[Step], folder_key: dg.AssetKey) -> list[dg.
     return [s.asset.key for s in steps if s.asset.key != folder_key and is_below(s)]
 
 
+def _patterns_read(steps: Sequence[Step], folder_key: dg.AssetKey) -> list[str]:
+    """The `pattern`s of the corpora reading the folder: a change to a file none of them
+    reads builds nothing, so it requests no run."""
+    return sorted(
+        {
+            getattr(s.config, "pattern", "*")
+            for s in steps
+            if any(up.asset.key == folder_key for up in s.upstream.values())
+        }
+    )
+
+
 def _active_runs(instance: dg.DagsterInstance, sensor_name: str) -> list[str]:
     statuses = [
         dg.DagsterRunStatus.QUEUED,
@@ -106,6 +119,9 @@ def watched_folder_sensor(
             f"experiment {experiment.name!r} has no asset downstream of {folder_step.name}"
         )
     sensor_name = name or f"{experiment.name}__{folder_step.name.replace('/', '__')}_sensor"
+    patterns = _patterns_read(steps, folder.key)
+    read_by_all = not patterns or "*" in patterns
+    matching = "" if read_by_all else f" matching {' or '.join(map(repr, patterns))}"
 
     @dg.sensor(
         name=sensor_name,
@@ -120,23 +136,31 @@ def watched_folder_sensor(
         snap = folder_state(path, watch=watch, full_scan_s=full_scan_s).snapshot()
         now = time.time()
         events: list[Any] = []
-        h = snap.content_hash
+        read = {
+            rel: digest
+            for rel, digest in snap.digests.items()
+            if read_by_all or any(fnmatch.fnmatch(rel, p) for p in patterns)
+        }
+        # The hash of the files the corpora read: the folder's own data version (below)
+        # covers every file, so that it stays the one the folder's observation records.
+        h = snap.content_hash if read_by_all else content_hash(read)
         context.log.info(
-            f"{path}: {snap.files} files, hash {h}, {snap.hashed} hashed, "
-            f"{snap.statted} statted ({'full scan' if snap.full_scan else 'watchdog'})"
+            f"{path}: {snap.files} files ({len(read)}{matching} read), hash {h}, "
+            f"{snap.hashed} hashed, {snap.statted} statted "
+            f"({'full scan' if snap.full_scan else 'watchdog'})"
         )
-        if snap.files == 0:
+        if not read:
             # Nothing to build from; an empty inbox (new, or emptied) is not a change to run.
             cursor.pending = None
             return dg.SensorResult(
-                skip_reason=f"no files under {path}: nothing to build; drop files there to "
-                "start a run",
+                skip_reason=f"no files under {path}{matching}: nothing to build; drop files "
+                "there to start a run",
                 cursor=cursor.dump(),
             )
         if h == cursor.requested:
             cursor.pending = None
             return dg.SensorResult(
-                skip_reason=f"{path} unchanged since the last run request ({h})",
+                skip_reason=f"{path}{matching} unchanged since the last run request ({h})",
                 cursor=cursor.dump(),
             )
         if h != cursor.pending:
@@ -144,7 +168,7 @@ def watched_folder_sensor(
             events.append(
                 dg.AssetObservation(
                     asset_key=folder.key,
-                    tags={_DATA_VERSION_TAG: h},
+                    tags={_DATA_VERSION_TAG: snap.content_hash},
                     metadata={
                         "files": snap.files,
                         "bytes": snap.bytes,

@@ -68,6 +68,8 @@ class FolderSnapshot:
     """Files read and hashed by this snapshot (stat-cache misses)."""
     statted: int
     full_scan: bool
+    digests: dict[str, str] = dataclasses.field(repr=False)
+    """Each file's (relative path) content digest: what `content_hash` hashes."""
 
 
 class FolderState:
@@ -238,15 +240,17 @@ class FolderState:
                 newest = max(newest, os.stat(self.path).st_mtime_ns)
             except FileNotFoundError:
                 pass
+            digests = {rel: v[2] for rel, v in self._files.items()}
             return FolderSnapshot(
                 path=self.path,
-                content_hash=content_hash({rel: v[2] for rel, v in self._files.items()}),
+                content_hash=content_hash(digests),
                 files=len(self._files),
                 bytes=sum(v[0] for v in self._files.values()),
                 last_change=max(newest / 1e9, self._last_event),
                 hashed=counts[0],
                 statted=counts[1],
                 full_scan=full,
+                digests=digests,
             )
 
     def digests(self) -> dict[str, str]:

@@ -73,9 +73,9 @@ def write(path: str, text: str) -> None:
         f.write(text)
 
 
-def build(folder: str, prefix: str, watch: bool = True, leaves: Any = None):
+def build(folder: str, prefix: str, watch: bool = True, leaves: Any = None, **corpus_config):
     inbox = watched_folder("raw/inbox", folder)
-    corpus = folder_corpus("raw/inbox_corpus", source=inbox)
+    corpus = folder_corpus("raw/inbox_corpus", source=inbox, **corpus_config)
     experiment = Experiment("inbox", leaves=leaves(corpus) if leaves else [corpus])
     sensor = watched_folder_sensor(inbox, experiment, settle_s=SETTLE_S, watch=watch)
     defs = dg.Definitions(
@@ -166,6 +166,38 @@ def test_added_changed_and_deleted_files_each_give_a_run(tmp_path, instance):
         assert len(ticker.requests) == before + runs
     hashes = [r.tags[CONTENT_TAG] for r in ticker.requests]
     assert len(hashes) == 4 and len(set(hashes)) == 4
+
+
+def test_a_file_the_corpus_does_not_read_gives_no_run(tmp_path, instance):
+    """A corpus reading `*.txt` only: notes dropped beside the texts build nothing, so they
+    request no run (they used to start one in which every step skipped)."""
+    folder = str(tmp_path / "inbox")
+    write(os.path.join(folder, "notes.md"), "not read")
+    inbox, _, _, sensor, defs = build(folder, str(tmp_path / "data"), watch=False, pattern="*.txt")
+    ticker = Ticker(sensor, defs, instance)
+    for _ in range(2):
+        result = ticker.settle()
+        assert not result.run_requests
+        assert "no files under" in reason(result) and "matching '*.txt'" in reason(result)
+
+    write(os.path.join(folder, "a.txt"), "one")
+    first = baseline(ticker)
+    for change in (
+        lambda: write(os.path.join(folder, "notes.md"), "edited, still not read"),
+        lambda: write(os.path.join(folder, "more.csv"), "x,y"),
+    ):
+        change()
+        for _ in range(2):
+            result = ticker.settle()
+            assert not result.run_requests and "unchanged" in reason(result), reason(result)
+    write(os.path.join(folder, "b.txt"), "two")
+    ticker.tick()
+    (second,) = ticker.settle().run_requests
+    assert second.tags[CONTENT_TAG] != first.tags[CONTENT_TAG]
+    # The folder's own data version covers every file, as its observation records it.
+    observed = [e for r in ticker.results for e in (r.asset_events or [])]
+    assert observed[-1].asset_key == inbox.key
+    assert observed[-1].tags["dagster/data_version"] != second.tags[CONTENT_TAG]
 
 
 def test_a_change_while_the_code_server_was_down_is_found(tmp_path, instance):
