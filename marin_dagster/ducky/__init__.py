@@ -7,7 +7,7 @@ tells Ducky which assets exist; Ducky finds their outputs under the prefix.
 from marin_dagster.ducky.catalog import (
     AssetEntry,
     Dataset,
-    NotBuilt,
+    NoView,
     Unavailable,
     resolve_catalog,
     resolve_dataset,
@@ -20,7 +20,7 @@ from marin_dagster.ducky.table import format_table
 __all__ = [
     "AssetEntry",
     "Dataset",
-    "NotBuilt",
+    "NoView",
     "QueryRefused",
     "Unavailable",
     "check_read_only",

@@ -314,23 +314,38 @@ def resolve_dataset(prefix: str, entry: AssetEntry) -> Dataset | None:
     return dataclasses.replace(dataset, note=note)
 
 
-def _why_no_view(prefix: str, entry: AssetEntry) -> str:
+@dataclasses.dataclass(frozen=True)
+class NoView:
+    """An asset with no output to query: not built (not materialized, being written,
+    failed), or built with no table in its output (a tokenizer). `reason` says which and
+    what to do."""
+
+    name: str
+    reason: str
+    built: bool = False
+
+
+def _no_view(prefix: str, entry: AssetEntry) -> NoView:
     """Why an asset of the location has no view: not built yet, being built, failed, or empty."""
     current_path = fs.join(prefix, f"{entry.name}-{entry.version}")
     record = _read_status(current_path)
     if record is not None and record.status == StepStatus.SUCCESS:
-        return (
+        return NoView(
+            entry.name,
             f"{entry.name}'s output {current_path} holds no JSONL, Parquet, CSV or token-cache "
-            "files, so it has no table to query"
+            "files, so it has no table to query",
+            built=True,
         )
     state = _current_state(current_path, record)
     if record is None:
-        return f"{entry.name} is {state}: materialize it, then query it"
-    if record.status == StepStatus.RUNNING:
-        return f"{entry.name} is {state}: query it once its run has succeeded"
-    if record.error and RUN_STOPPED in record.error:  # nothing to fix; a new run resumes
-        return f"{entry.name}'s current version is {state}, its run stopped: materialize it again"
-    return f"{entry.name}'s current version is {state}: fix what failed and materialize it again"
+        why = f"{entry.name} is {state}: materialize it, then query it"
+    elif record.status == StepStatus.RUNNING:
+        why = f"{entry.name} is {state}: query it once its run has succeeded"
+    elif record.error and RUN_STOPPED in record.error:  # nothing to fix; a new run resumes
+        why = f"{entry.name}'s current version is {state}, its run stopped: materialize it again"
+    else:
+        why = f"{entry.name}'s current version is {state}: fix what failed and materialize it again"
+    return NoView(entry.name, why)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,29 +356,20 @@ class Unavailable:
     reason: str
 
 
-@dataclasses.dataclass(frozen=True)
-class NotBuilt:
-    """An asset with no SUCCESS output to show (not materialized, being written, failed, or
-    holding no table): `reason` says which and what to do."""
-
-    name: str
-    reason: str
-
-
 def resolve_views(
     prefix: str, entries: Iterable[AssetEntry]
-) -> list[Dataset | Unavailable | NotBuilt]:
+) -> list[Dataset | Unavailable | NoView]:
     """Every entry with a readable SUCCESS output as a Dataset, every unreadable one as
-    Unavailable, every other one as NotBuilt.
+    Unavailable, every other one as NoView.
 
     One output that cannot be read (a corrupt status or manifest, a bad
     `marin/format`) never hides the others: it is logged and reported instead.
     """
-    out: list[Dataset | Unavailable | NotBuilt] = []
+    out: list[Dataset | Unavailable | NoView] = []
     for entry in entries:
         try:
             dataset = resolve_dataset(prefix, entry)
-            view = dataset or NotBuilt(entry.name, _why_no_view(prefix, entry))
+            view = dataset or _no_view(prefix, entry)
         except (ValueError, OSError) as e:
             reason = f"{e}; fix or remove that file, or rematerialize {entry.name}"
             logger.warning(f"ducky: no view {entry.name!r}: {reason}")

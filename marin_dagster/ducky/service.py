@@ -10,7 +10,8 @@
                   403 refused (not one SELECT, or a file outside the prefix); 408 past the timeout;
                   413 the result is over the caps per response (rows or bytes)
     GET  /tables  the views: name, version, path, format, current (and a note when not); those
-                  unavailable, with why; and the assets with no output to show yet (not_built)
+                  unavailable, with why; the assets with no output yet (not_built); and
+                  those built with no table in their output, a tokenizer's (no_table)
     GET  /health  {"ok": true}
 
 Caps per response: at most `max_rows` rows (default 10,000) and `max_bytes`
@@ -52,7 +53,7 @@ from typing import Any
 
 import duckdb
 
-from marin_dagster.ducky.catalog import Dataset, NotBuilt, Unavailable
+from marin_dagster.ducky.catalog import Dataset, NoView, Unavailable
 from marin_dagster.ducky.connection import connect, lock_down, quote_ident
 from marin_dagster.ducky.guard import QueryRefused, check_read_only
 
@@ -144,7 +145,7 @@ class SqlService:
     """
 
     prefix: str
-    catalog: Callable[[], Sequence[Dataset | Unavailable | NotBuilt]]
+    catalog: Callable[[], Sequence[Dataset | Unavailable | NoView]]
     max_rows: int = DEFAULT_MAX_ROWS
     max_bytes: int = DEFAULT_MAX_BYTES
     timeout_s: float = 30.0
@@ -173,7 +174,7 @@ class SqlService:
         self._datasets: list[Dataset] = []
         self._keys: list[Any] = []
         self._unavailable: dict[str, str] = {}
-        self._not_built: dict[str, str] = {}
+        self._no_view: dict[str, NoView] = {}
         self._refreshed = 0.0
         self.executed = 0
         """Queries that reached DuckDB (cache misses), for tests and /health."""
@@ -193,7 +194,7 @@ class SqlService:
         keys = [d.key if isinstance(d, Dataset) else (d.name, d.reason) for d in items]
         if self._con is not None and keys == self._keys:
             return
-        self._not_built = {n.name: n.reason for n in items if isinstance(n, NotBuilt)}
+        self._no_view = {n.name: n for n in items if isinstance(n, NoView)}
         unavailable = {u.name: u.reason for u in items if isinstance(u, Unavailable)}
         datasets = [d for d in items if isinstance(d, Dataset)]
         con = connect(datasets, self.prefix, unavailable)
@@ -225,11 +226,12 @@ class SqlService:
                 for d in self._datasets
             ]
 
-    def not_built(self) -> dict[str, str]:
-        """Assets with no output to show yet: name -> where they stand, and what to do."""
+    def no_view(self) -> dict[str, NoView]:
+        """Assets with no output to query (not built yet, or built with no table): name ->
+        where they stand, and what to do."""
         with self._lock:
             self._refresh()
-            return dict(self._not_built)
+            return dict(self._no_view)
 
     def unavailable(self) -> dict[str, str]:
         """Views that could not be made: name -> why, and what to do."""
@@ -257,7 +259,7 @@ class SqlService:
         key = (statement.strip(), limit)
         with self._lock:
             self._refresh()
-            if any(name in statement for name in self._not_built):
+            if any(name in statement for name, n in self._no_view.items() if not n.built):
                 # Built since the last look, perhaps (the catalog is read every refresh_s):
                 # look again rather than answer "not materialized" for up to refresh_s.
                 self._refresh(force=True)
@@ -355,9 +357,10 @@ class SqlService:
         for name, reason in self._unavailable.items():
             if reads(name):
                 return f'the view "{name}" is unavailable: {reason}'
-        for name, reason in self._not_built.items():
+        for name, no_view in self._no_view.items():
             if reads(name):
-                return f'there is no view "{name}" yet: {reason}'
+                yet = "" if no_view.built else " yet"
+                return f'there is no view "{name}"{yet}: {no_view.reason}'
         return None
 
     def _notes(self, statement: str) -> list[str]:
@@ -512,9 +515,19 @@ def _handler_for(service: SqlService) -> type[BaseHTTPRequestHandler]:
             elif self.path == "/tables":
                 tables = service.tables()
                 unavailable = [{"name": n, "reason": r} for n, r in service.unavailable().items()]
-                not_built = [{"name": n, "reason": r} for n, r in service.not_built().items()]
+                no_view = service.no_view().values()
                 self._send(
-                    200, {"tables": tables, "unavailable": unavailable, "not_built": not_built}
+                    200,
+                    {
+                        "tables": tables,
+                        "unavailable": unavailable,
+                        "not_built": [
+                            {"name": n.name, "reason": n.reason} for n in no_view if not n.built
+                        ],
+                        "no_table": [
+                            {"name": n.name, "reason": n.reason} for n in no_view if n.built
+                        ],
+                    },
                 )
             else:
                 self._send(

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from marin_dagster import fs
-from marin_dagster.ducky import AssetEntry, NotBuilt, resolve_views
+from marin_dagster.ducky import AssetEntry, NoView, resolve_views
 from marin_dagster.ducky.service import QueryFailed, SqlService
 from marin_dagster.execution.status import StatusRecord, StepStatus, write_status
 from tests.ducky.conftest import jsonl_gz, write_output
@@ -25,6 +25,7 @@ def prefix(tmp_path, corpus_records) -> str:
         fs.join(prefix, "raw/corpus-bbbbbbbb"), StatusRecord(StepStatus.RUNNING, "bbbbbbbb")
     )
     write_output(prefix, "raw/other", "dddddddd", {"a.jsonl.gz": jsonl_gz(corpus_records[:5])})
+    write_output(prefix, "tokenizers/bpe", "eeeeeeee", {"tokenizer.json": b"{}"})
     return prefix
 
 
@@ -32,6 +33,7 @@ ENTRIES = [
     AssetEntry("raw/corpus", "k", "bbbbbbbb"),
     AssetEntry("raw/other", "k", "dddddddd"),
     AssetEntry("dedup/never", "k", "cccccccc"),
+    AssetEntry("tokenizers/bpe", "k", "eeeeeeee"),
 ]
 
 
@@ -56,7 +58,7 @@ def test_a_view_of_an_older_config_says_so_in_its_answer(prefix) -> None:
 
 def test_an_asset_with_no_output_yet_says_where_it_stands(prefix) -> None:
     views = resolve_views(prefix, ENTRIES)
-    assert isinstance(views[2], NotBuilt) and "not materialized yet" in views[2].reason
+    assert isinstance(views[2], NoView) and "not materialized yet" in views[2].reason
     service = SqlService(prefix, lambda: resolve_views(prefix, ENTRIES))
     with pytest.raises(QueryFailed) as info:
         service.query('SELECT count(*) FROM "dedup/never"')
@@ -68,6 +70,24 @@ def test_an_asset_with_no_output_yet_says_where_it_stands(prefix) -> None:
             tables = json.loads(response.read())
     assert [n["name"] for n in tables["not_built"]] == ["dedup/never"]
     assert tables["unavailable"] == []
+
+
+def test_a_built_output_with_no_table_is_not_called_unbuilt(prefix) -> None:
+    """A built tokenizer has no table: /tables listed it under `not_built`, and a query of it
+    said "no view yet", as if a run would make one."""
+    views = resolve_views(prefix, ENTRIES)
+    assert isinstance(views[3], NoView) and views[3].built and "no table" in views[3].reason
+    service = SqlService(prefix, lambda: resolve_views(prefix, ENTRIES))
+    with pytest.raises(QueryFailed) as info:
+        service.query('SELECT * FROM "tokenizers/bpe"')
+    message = str(info.value)
+    assert 'there is no view "tokenizers/bpe":' in message and "yet" not in message, message
+    with serving(service) as url:
+        with urllib.request.urlopen(f"{url}/tables", timeout=10) as response:
+            tables = json.loads(response.read())
+    assert [n["name"] for n in tables["not_built"]] == ["dedup/never"]
+    assert [n["name"] for n in tables["no_table"]] == ["tokenizers/bpe"]
+    assert "no table to query" in tables["no_table"][0]["reason"]
 
 
 def test_a_stopped_run_is_not_a_failure_to_fix(tmp_path) -> None:
