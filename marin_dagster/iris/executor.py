@@ -236,17 +236,28 @@ class IrisStepHandler(StepHandler):
         plan_context = getattr(ctx, "_plan_context", None)
         steps = plan_context.execution_plan.steps if plan_context is not None else []
         problems = []
+        local: list[tuple[str, ResourceConfig]] = []
         for step in steps:
             try:
                 request = ResourceConfig.from_op_tags(step.tags)
-                if self._route(request) == "local":
-                    self.inventory.check_feasible(request, step.key)
-                else:
-                    from marin_dagster.iris.executor_k8s import check_placeable
-
-                    check_placeable(request)
             except ResourceConfigError as e:
                 problems.append(f"step {step.key!r}: {e}" if step.key not in str(e) else str(e))
+                continue
+            if self._route(request) == "local" and request.needs_accelerator:
+                local.append((step.key, request))
+        if local:
+            try:
+                inventory = self.inventory
+            except ResourceConfigError as e:  # the executor's config: said once, not per step
+                problems.append(
+                    f"the executor's device {e} (steps {', '.join(k for k, _ in local)})"
+                )
+            else:
+                for key, request in local:
+                    try:
+                        inventory.check_feasible(request, key)
+                    except ResourceConfigError as e:
+                        problems.append(str(e))
         if problems:
             raise ResourceConfigError(
                 "Iris cannot place this run; nothing was launched:\n  " + "\n  ".join(problems)

@@ -38,7 +38,6 @@ from dagster_k8s.launcher import K8sRunLauncher
 from marin_dagster.iris import placement
 from marin_dagster.iris.processes import COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV
 from marin_dagster.iris.resource_config import (
-    TPU_GENERATIONS,
     ResourceConfig,
     ResourceConfigError,
     TpuConfig,
@@ -162,7 +161,6 @@ class KubernetesLauncher:
             )
             # Pod i is {job}-{i}.{job}: the headless Service of the same name.
             additions["pod_spec_config"] = {"subdomain": job_name}
-        check_placeable(request)
         return base.merge(
             K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(dict(step_tags)))
         ).merge(
@@ -340,19 +338,6 @@ class KubernetesLauncher:
                 name=name, namespace=namespace, propagation_policy="Foreground"
             )
         return names
-
-
-def check_placeable(request: ResourceConfig) -> None:
-    """Refuse, before launch, what one step Job cannot run."""
-    if isinstance(request.device, TpuConfig) and request.replicas > 1:
-        gen = TPU_GENERATIONS[request.device.generation]
-        raise ResourceConfigError(
-            f"{request}: replicas={request.replicas} TPU slices (multislice, over the data-center "
-            f"network) is not supported by the Kubernetes launcher; ask for one bigger slice "
-            f"instead (e.g. tpu:{request.device.generation}-"
-            f"{request.device.chips * request.replicas * gen.cores_per_chip_in_name}) with "
-            f"replicas=1"
-        )
 
 
 def classify_failed_pods(job_name: str, pods: Sequence[Any]) -> JobState:

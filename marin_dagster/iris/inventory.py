@@ -119,15 +119,10 @@ class LocalInventory:
         if not request.needs_accelerator:
             return
         device = request.device
-        if isinstance(device, TpuConfig) and request.num_processes > 1:
+        if isinstance(device, TpuConfig) and device.hosts > 1:
             raise ResourceConfigError(
-                f"step {step!r} asks for {request}, "
-                + (
-                    f"a slice of {device.hosts} TPU hosts"
-                    if device.hosts > 1
-                    else f"{request.replicas} TPU slices (multislice)"
-                )
-                + "; the local launcher runs on this one machine: ask for a single-host "
+                f"step {step!r} asks for {request}, a slice of {device.hosts} TPU hosts; "
+                "the local launcher runs on this one machine: ask for a single-host "
                 f"slice (up to {TPU_GENERATIONS[device.generation].max_single_host_chips} "
                 f"chips for {device.generation}), or use launcher='kubernetes'"
             )

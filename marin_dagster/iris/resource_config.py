@@ -42,6 +42,11 @@ GPU_TYPES: dict[str, str] = {
 }
 ANY_GPU = "any"
 
+# The most GPUs of a type one host carries (GCE machine types: n1 with 4 T4s, a2-megagpu-16g
+# with 16 A100s, 8 on the others). More is several hosts: replicas=.
+GPUS_PER_HOST: dict[str, int] = {"t4": 4, "a100": 16, ANY_GPU: 16}
+_GPUS_PER_HOST_ELSE = 8
+
 
 @dataclass(frozen=True)
 class TpuGeneration:
@@ -97,6 +102,14 @@ class GpuConfig:
             )
         if self.count < 1:
             raise ResourceConfigError(f"GPU count must be at least 1, got {self.count}")
+        most = GPUS_PER_HOST.get(self.variant, _GPUS_PER_HOST_ELSE)
+        if self.count > most:
+            kind = "GPUs" if self.variant == ANY_GPU else f"{self.variant.upper()} GPUs"
+            whole = dataclasses.replace(self, count=most).spec()
+            raise ResourceConfigError(
+                f"{self.spec()} is more than one host holds (at most {most} {kind}); ask for "
+                f"whole hosts with replicas=, e.g. '{whole} replicas={-(-self.count // most)}'"
+            )
 
     def spec(self) -> str:
         if self.variant == ANY_GPU:
@@ -254,8 +267,14 @@ class ResourceConfig:
         if not (isinstance(self.cpu, int | float) and self.cpu > 0 and math.isfinite(self.cpu)):
             raise ResourceConfigError(f"cpu={self.cpu!r} must be a positive number of cores")
         # Normalized so equal requests compare and print equal.
-        object.__setattr__(self, "ram", _short_size(parse_bytes(self.ram, "ram")))
-        object.__setattr__(self, "disk", _short_size(parse_bytes(self.disk, "disk")))
+        for what in ("ram", "disk"):
+            size = parse_bytes(getattr(self, what), what)
+            if size <= 0:
+                raise ResourceConfigError(
+                    f"{what}={getattr(self, what)!r} must be more than nothing; write e.g. "
+                    f"{what}={'4g' if what == 'ram' else '10g'}"
+                )
+            object.__setattr__(self, what, _short_size(size))
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise ResourceConfigError(f"replicas={self.replicas!r} must be a positive integer")
         if self.replicas > 1 and isinstance(self.device, CpuConfig):
@@ -264,6 +283,15 @@ class ResourceConfig:
                 f"replicas={self.replicas} asks for {self.replicas} accelerator hosts "
                 f"(multi-host), but this step is CPU-only and runs as one process: drop "
                 f"replicas=, or ask for more cores with cpu=N"
+            )
+        if self.replicas > 1 and isinstance(self.device, TpuConfig):
+            # Several slices over the data-center network (multislice): no launcher runs it.
+            gen = TPU_GENERATIONS[self.device.generation]
+            bigger = self.device.chips * self.replicas * gen.cores_per_chip_in_name
+            raise ResourceConfigError(
+                f"replicas={self.replicas} asks for {self.replicas} TPU slices (multislice), "
+                f"which no launcher runs: ask for one bigger slice instead, "
+                f"tpu:{self.device.generation}-{bigger} (its hosts run as one step's processes)"
             )
 
     # -- constructors -------------------------------------------------------------------

@@ -80,3 +80,25 @@ def test_iris_resource_configures_the_executor():
         IrisResource(
             kubernetes=IrisKubernetes(secret_env={"X": "nokey"})
         ).settings().kubernetes.secret_env_vars()
+
+
+def test_a_bad_inventory_is_said_once_for_the_run(instance, iris_dir, tmp_path):
+    """The executor's inventory was read again for each step, so its one error came once per
+    step, each as if the step were at fault."""
+    result = dg.execute_job(
+        dg.reconstructable(jobs.local_gpu_job),
+        instance=instance,
+        run_config=execution_config(tmp_path, inventory={"gpus": ["0"], "gpu_type": "h1000"}),
+        raise_on_error=False,
+    )
+    assert not result.success
+    [failure] = [
+        e.dagster_event
+        for e in instance.all_logs(result.run_id)
+        if e.dagster_event is not None
+        and e.dagster_event.event_type == dg.DagsterEventType.RUN_FAILURE
+    ]
+    text = failure.event_specific_data.error.message
+    assert text.count("inventory gpu_type='h1000' is unknown") == 1, text
+    assert "(steps gpu_a, gpu_b)" in text and "cpu_side" not in text, text
+    assert read_records(iris_dir, "cpu_side.start") == []

@@ -20,6 +20,7 @@ from marin_dagster.iris import (
     ResourceConfigError,
     TpuConfig,
 )
+from marin_dagster.iris.resource_config import GPUS_PER_HOST
 
 
 @pytest.mark.parametrize(
@@ -68,6 +69,13 @@ def test_options_and_aliases():
         ("tpu:v4-0", ["at least one chip", "tpu:v4-8"]),
         ("gpu:h100x0", ["GPU count must be at least 1"]),
         ("cpu replicas=2", ["replicas=2", "CPU-only", "cpu=N"]),
+        ("gpu:h100x9", ["at most 8 H100 GPUs", "'gpu:h100x8 replicas=2'"]),
+        ("gpu:t4x5", ["at most 4 T4 GPUs", "'gpu:t4x4 replicas=2'"]),
+        ("gpu:17", ["at most 16 GPUs", "'gpu:16 replicas=2'"]),
+        ("cpu ram=0", ["ram='0' must be more than nothing", "ram=4g"]),
+        ("gpu:1 disk=0g", ["disk='0g' must be more than nothing", "disk=10g"]),
+        ("tpu:v5e-8 replicas=2", ["2 TPU slices (multislice)", "tpu:v5e-16"]),
+        ("tpu:v4-8 replicas=4", ["4 TPU slices", "tpu:v4-32"]),
         ("", ["expected a string"]),
     ],
 )
@@ -152,7 +160,13 @@ def test_multi_host_tpu_shape():
 
 devices = st.one_of(
     st.just(CpuConfig()),
-    st.builds(GpuConfig, st.sampled_from(["any", *GPU_TYPES]), st.integers(1, 16)),
+    st.sampled_from(["any", *GPU_TYPES]).flatmap(
+        lambda variant: st.builds(
+            GpuConfig,
+            st.just(variant),
+            st.integers(1, GPUS_PER_HOST.get(variant, 8)),
+        )
+    ),
     st.builds(
         lambda gen, chips: TpuConfig(
             f"{gen}-{chips * TPU_GENERATIONS[gen].cores_per_chip_in_name}"
@@ -172,8 +186,8 @@ devices = st.one_of(
     replicas=st.integers(1, 4),
 )
 def test_canonical_string_round_trips(device, cpu, ram, preemptible, replicas):
-    if isinstance(device, CpuConfig):
-        replicas = 1  # several replicas are accelerator slices; refused on CPU
+    if not isinstance(device, GpuConfig):
+        replicas = 1  # several replicas are GPU hosts; refused on CPU and TPU (multislice)
     rc = ResourceConfig(cpu=cpu, ram=ram, device=device, preemptible=preemptible, replicas=replicas)
     assert ResourceConfig.parse(rc.to_string()) == rc
     assert ResourceConfig.from_op_tags(rc.to_op_tags()) == rc
