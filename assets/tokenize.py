@@ -246,9 +246,12 @@ def _run_tokenized(
             skip_bad_records=config.skip_bad_records,
             context=zephyr_context,
         )
+    # Input shards, not Zephyr's tasks: with a validation split each input shard is two
+    # tasks (its train and its held-out cache shard), which the progress lines count.
+    cache_shards = ", ".join(f"{v['num_shards']} {split}" for split, v in stats.splits.items())
     step.log.info(
-        f"token cache: {stats.shards_processed} shards tokenized, "
-        f"{stats.shards_skipped} already done"
+        f"token cache: {stats.shards_processed} of {stats.shards_total} input shards tokenized, "
+        f"{stats.shards_skipped} already done (cache shards: {cache_shards})"
     )
     meta: dict[str, Any] = {
         "tokens": stats.num_tokens,

@@ -453,7 +453,7 @@ def build_token_cache(
         num_bad=sum(int(m.get("num_bad", 0)) for m in markers),
     )
     logger.info(
-        "token cache %s: %s (%d shards processed, %d already done)",
+        "token cache %s: %s (%d input shards tokenized, %d already done)",
         output_path,
         stats.splits,
         stats.shards_processed,

@@ -48,6 +48,14 @@ def test_tokenizer_and_token_cache_assets(tmp_path, downloads):
         # two tasks per input shard: its kept documents to train/, its held-out ones to
         # validation/
         assert any("0/4" in m for m in progress) and any("4/4" in m for m in progress), progress
+        # ...and the summary counts input shards, naming the cache shards they became (it
+        # said "2 shards tokenized" after "4/4", with nothing to tell the two counts apart)
+        logs = [e.user_message for e in instance.all_logs(result.run_id)]
+        assert any(
+            "token cache: 2 of 2 input shards tokenized, 0 already done (cache shards: "
+            "2 train, 2 validation)" in m
+            for m in logs
+        ), [m for m in logs if "token cache" in m]
 
         cache_path = ds_meta["path"]
         cache = TokenCache.open(cache_path, split="train")
