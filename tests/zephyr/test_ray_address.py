@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+from marin_dagster.zephyr.backends.ray_backend import _check_reachable
 
 # Runs in a process of its own: Ray allows one cluster per process, and the session's
 # ray_cluster fixture holds this one's.
@@ -55,9 +61,6 @@ def test_ray_backend_joins_the_cluster_ray_address_names() -> None:
 def test_an_address_where_no_cluster_listens_fails_in_seconds_naming_it() -> None:
     """A typo in RAY_ADDRESS, or a stopped cluster: ray.init() retried in silence for
     minutes, and the step sat with no message."""
-    import os
-    import socket
-
     with socket.socket() as s:  # a port nothing listens on once closed
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -75,3 +78,16 @@ def test_an_address_where_no_cluster_listens_fails_in_seconds_naming_it() -> Non
     )
     assert done.returncode != 0
     assert f"no Ray cluster answers at 127.0.0.1:{port} (from RAY_ADDRESS)" in done.stderr
+
+
+def test_an_ipv6_address_in_brackets_is_probed_as_itself() -> None:
+    """`[::1]:6379` was probed as the host name "[::1]", which never resolves: a cluster
+    listening there was reported as absent."""
+    with socket.socket(socket.AF_INET6) as listening:
+        listening.bind(("::1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        _check_reachable(f"[::1]:{port}", "address")
+        _check_reachable(f"ray://[::1]:{port}", "address")
+    with pytest.raises(ConnectionError, match=rf"no Ray cluster answers at \[::1\]:{port}"):
+        _check_reachable(f"[::1]:{port}", "address")

@@ -51,6 +51,8 @@ def _check_reachable(address: str, given: str) -> None:
     """Fail in seconds, naming the address, where nothing listens there: ray.init() retried
     in silence for minutes (a typo in RAY_ADDRESS, a cluster that was stopped)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address, "[::1]:6379"
+        host = host[1:-1]
     if not host or not port.isdigit():  # "auto", "local": Ray's own ways to find it
         return
     try:
