@@ -12,12 +12,13 @@ from typing import Any
 
 import dagster as dg
 
-from marin_dagster.execution.asset import FORCE_TAG, upstream_closure
+from marin_dagster.execution.asset import upstream_closure
 from marin_dagster.execution.instance import (
     fail_orphaned_runs,
     persistent_instance,
     run_process_tags,
 )
+from marin_dagster.execution.tags import FORCE_TAG
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 _NAME_FIX = re.compile(r"[^A-Za-z0-9_]+")

@@ -26,11 +26,10 @@ from assets.experiment import Experiment
 from assets.watched import WATCHED_KIND
 from marin_dagster.datasets.watch import content_hash, folder_state
 from marin_dagster.execution.asset import Step, step_for, upstream_closure
+from marin_dagster.execution.tags import CONTENT_TAG, WATCH_TAG
 
 logger = logging.getLogger(__name__)
 
-WATCH_TAG = "marin/watched"
-CONTENT_TAG = "marin/content_hash"
 _DATA_VERSION_TAG = "dagster/data_version"
 
 

@@ -25,11 +25,11 @@ from marin_dagster import fs
 from marin_dagster.execution.origins import note_origins
 from marin_dagster.execution.status import StatusRecord, StepStatus, read_status
 from marin_dagster.execution.step import changed_inputs, execute_step
+from marin_dagster.execution.tags import FORCE_TAG, check_run_tags
 from marin_dagster.execution.version import StepConfig, compute_version
 from marin_dagster.iris import ResourceConfig, iris_placement_metadata
 from marin_dagster.settings import parse_bool
 
-FORCE_TAG = "marin/force"
 # The step's version: in the asset's metadata, and in its op tags, so that a run's plan
 # records the version its launcher loaded.
 VERSION_TAG = "marin/version"
@@ -255,6 +255,7 @@ def steps_by_name(assets: Iterable[Any], role: str) -> dict[str, Step]:
 
 
 def _force_tag(tags: Mapping[str, str]) -> bool:
+    check_run_tags(tags)
     value = tags.get(FORCE_TAG)
     if not value:
         return False

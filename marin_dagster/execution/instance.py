@@ -12,6 +12,7 @@ import socket
 import dagster as dg
 
 from marin_dagster.execution.processes import process_gone, process_start_time
+from marin_dagster.execution.tags import RUN_HOST_TAG, RUN_PID_TAG, RUN_PROCESS_START_TAG
 
 DEFAULT_HOME = ".dagster"
 
@@ -60,13 +61,6 @@ def ensure_home(home: str | None = None) -> str:
 def persistent_instance() -> dg.DagsterInstance:
     os.environ["DAGSTER_HOME"] = ensure_home()
     return dg.DagsterInstance.get()
-
-
-# Which process drives a run, recorded by the Iris executor when the run starts, so that a run
-# whose process was killed (kill -9, OOM, a closed laptop) can be told apart from a live one.
-RUN_PID_TAG = "marin/run_pid"
-RUN_HOST_TAG = "marin/run_host"
-RUN_PROCESS_START_TAG = "marin/run_process_start"
 
 
 def run_process_tags() -> dict[str, str]:

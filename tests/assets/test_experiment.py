@@ -128,7 +128,7 @@ def test_a_killed_script_run_is_ended_by_the_next_run(tmp_path, dagster_home) ->
     import subprocess
     import sys
 
-    from marin_dagster.execution.instance import RUN_PID_TAG
+    from marin_dagster.execution.tags import RUN_PID_TAG
 
     proc, block, env = _run_until_the_step_waits(tmp_path, dagster_home)
     proc.send_signal(signal.SIGKILL)

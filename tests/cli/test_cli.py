@@ -26,7 +26,7 @@ def add_orphaned_run(instance: dg.DagsterInstance, job_name: str) -> str:
     import socket
     import uuid
 
-    from marin_dagster.execution.instance import RUN_HOST_TAG, RUN_PID_TAG
+    from marin_dagster.execution.tags import RUN_HOST_TAG, RUN_PID_TAG
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

@@ -130,6 +130,12 @@ def test_force_reruns_from_run_config_and_from_run_tag(prefix, tmp_path):
         with pytest.raises(ValueError, match=r"run tag marin/force='always': set it to true"):
             _materialize([asset], prefix, instance, tags={"marin/force": "always"})
         assert _events(counter).count("enter") == 4
+        # ...and so does a misspelled tag, which was ignored: the run skipped every step
+        with pytest.raises(
+            ValueError, match=r"run tag marin/froce='true' .* did you mean marin/force\?"
+        ):
+            _materialize([asset], prefix, instance, tags={"marin/froce": "true"})
+        assert _events(counter).count("enter") == 4
 
 
 def test_downstream_of_unmaterialized_input_fails_naming_it(prefix, tmp_path):

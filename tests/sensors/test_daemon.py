@@ -8,8 +8,8 @@ import time
 
 import dagster as dg
 
-from assets.sensors import CONTENT_TAG, WATCH_TAG
 from marin_dagster.datasets.watch import content_hash, file_digest
+from marin_dagster.execution.tags import CONTENT_TAG, WATCH_TAG
 from tests.conftest import REPO
 from tests.ui.dagster_process import dagster_process, log_tail
 

@@ -10,7 +10,7 @@ import time
 
 import dagster as dg
 
-from assets.sensors import WATCH_TAG
+from marin_dagster.execution.tags import WATCH_TAG
 from tests.conftest import REPO
 from tests.ui.dagster_process import dagster_process, log_tail
 

@@ -13,10 +13,11 @@ import dagster as dg
 import pytest
 
 from assets import Experiment, folder_corpus, watched_folder
-from assets.sensors import CONTENT_TAG, WATCH_TAG, watched_folder_sensor
+from assets.sensors import watched_folder_sensor
 from marin_dagster.datasets.watch import forget_folder_states
 from marin_dagster.execution.asset import StepContext, step_for, versioned_asset
 from marin_dagster.execution.status import StatusRecord, StepStatus, read_status, write_status
+from marin_dagster.execution.tags import CONTENT_TAG, WATCH_TAG
 from marin_dagster.execution.version import StepConfig
 from resources import local_resources
 
