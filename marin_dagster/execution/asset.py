@@ -316,7 +316,7 @@ def upstream_closure(leaves: Sequence[dg.AssetsDefinition]) -> list[Step]:
             return
         for up in step.upstream.values():
             visit(up)
-        seen[step.name] = step
+        claim_name(seen, step)  # an upstream step may have taken the name (`notes` on `notes`)
 
     for leaf in leaves:
         visit(step_for(leaf, "leaf"))

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from assets import Experiment, deduplicated, sample_corpus
+from assets import Experiment, deduplicated, sample_corpus, tokenizer
 from marin_dagster.execution.asset import DuplicateAssetError, upstream_closure
 from tests.conftest import REPO, subprocess_env
 
@@ -55,6 +55,17 @@ def test_one_name_two_configs_in_one_experiment_names_both_lines():
     assert "'raw/twice' is defined twice" in message
     # both definitions named by this file and line
     assert message.count(f"{__file__}:") == 2
+
+
+def test_a_step_named_as_its_own_input_is_refused():
+    """A tokenizer named `notes` on a dataset named `notes`: the closure kept the later one
+    by name, the dataset vanished from the experiment, and the run failed asking for it."""
+    corpus = sample_corpus("notes")
+    tok = tokenizer("notes", source=corpus, vocab_size=300)
+    with pytest.raises(DuplicateAssetError) as err:
+        upstream_closure([tok])
+    message = str(err.value)
+    assert "'notes' is defined twice" in message, message
 
 
 def test_the_same_definition_reached_twice_is_one_asset():
