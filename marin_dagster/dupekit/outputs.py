@@ -9,17 +9,19 @@ beside its marks and written as
   their duplicate paragraphs cut out (paragraph mode), fields unchanged, in the
   input file's format (JSON lines, Parquet or CSV);
 - `attributes/{relative path, as .jsonl.gz}`: one record per input record,
-  same order.
+  same order (`a.csv` and `a.jsonl` side by side keep their whole names:
+  `a.csv.jsonl.gz`, `a.jsonl.jsonl.gz`).
 
 Files are written atomically (Zephyr's writers, marin_dagster.fs).
 """
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -34,6 +36,29 @@ def attributes_name(relative: str) -> str:
     """The attributes file of an input file: same name, always gzipped JSONL."""
     stem = re.sub(r"\.(jsonl|json|ndjson|parquet|pq|csv|tsv)(\.[a-z0-9]+)?$", "", relative)
     return stem + ".jsonl.gz"
+
+
+def attributes_names(relatives: Sequence[str]) -> dict[str, str]:
+    """Each input file's attributes file (`attributes_name`), except where two inputs would
+    share one (`a.jsonl` and `a.csv`): each of those keeps its whole name, `a.csv.jsonl.gz`,
+    so that neither overwrites the other's."""
+    by_name: dict[str, list[str]] = collections.defaultdict(list)
+    for relative in relatives:
+        by_name[attributes_name(relative)].append(relative)
+    names = {
+        relative: name if len(group) == 1 else relative + ".jsonl.gz"
+        for name, group in by_name.items()
+        for relative in group
+    }
+    taken: dict[str, str] = {}
+    for relative, name in names.items():
+        other = taken.setdefault(name, relative)
+        if other != relative:
+            raise ValueError(
+                f"input files {other} and {relative} would both write attributes/{name}; "
+                "rename one of them"
+            )
+    return names
 
 
 _WRITERS = {"jsonl": write_jsonl, "parquet": write_parquet, "csv": write_csv}
@@ -97,6 +122,8 @@ class WriteOutputs:
     marks_dir: str
     documents_dir: str
     attributes_dir: str
+    attributes_names: dict[str, str]
+    """Input file (relative path) -> its attributes file (`attributes_names`)."""
 
     def __call__(self, source: SourceFile) -> dict[str, Any]:
         counts = {
@@ -109,7 +136,7 @@ class WriteOutputs:
         marks = _marks_by_record(marks_path(self.marks_dir, source.index))
         pending = next(marks, None)
         documents_path = fs.join(self.documents_dir, source.relative)
-        attributes_path = fs.join(self.attributes_dir, attributes_name(source.relative))
+        attributes_path = fs.join(self.attributes_dir, self.attributes_names[source.relative])
         encode_utf8 = json.JSONEncoder(ensure_ascii=False).encode
         encode_ascii = json.JSONEncoder(ensure_ascii=True).encode
 

@@ -30,7 +30,13 @@ from marin_dagster.dupekit.exact import (
     hash_of,
 )
 from marin_dagster.dupekit.lsh import LSHParams
-from marin_dagster.dupekit.outputs import WriteMarks, WriteOutputs, file_of, mark_order
+from marin_dagster.dupekit.outputs import (
+    WriteMarks,
+    WriteOutputs,
+    attributes_names,
+    file_of,
+    mark_order,
+)
 from marin_dagster.dupekit.records import key_id, key_position, resolve_sources
 from marin_dagster.dupekit.shingles import ShingleConfig
 from marin_dagster.zephyr import Dataset, ZephyrContext
@@ -232,6 +238,7 @@ def deduplicate(
     progress), else a ZephyrContext of `max_workers` on `backend`, shut down at the end.
     """
     sources = resolve_sources(source_files)
+    attribute_files = attributes_names([s.relative for s in sources])  # refused before work
     output_path = fs.normalize(output_path)
     # Shard counts follow the input, never the worker count, so the outputs are
     # the same on any number of workers.
@@ -252,6 +259,7 @@ def deduplicate(
             marks_dir,
             fs.join(output_path, "documents"),
             fs.join(output_path, "attributes"),
+            attribute_files,
         )
         final = ctx.execute(Dataset.from_list(sources).reshard(len(sources)).map(writer))
     finally:

@@ -91,3 +91,30 @@ def test_a_file_of_another_format_is_refused_naming_the_formats(tmp_path):
     path.write_text("just text\n")
     with pytest.raises(ValueError, match=r"notes.txt: dedup reads JSON lines .* Parquet and CSV"):
         deduplicate(str(path), str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
+
+
+def test_inputs_of_one_name_in_two_formats_keep_their_own_attributes(tmp_path):
+    """a.jsonl, a.csv and a.jsonl.gz each wrote attributes/a.jsonl.gz, the last one over the
+    others: 5 of 6 records lost their attributes, and the run succeeded."""
+    import gzip
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    docs = _docs()
+    with open(folder / "a.jsonl", "w") as f:
+        f.writelines(json.dumps(d) + "\n" for d in docs[:2])
+    pacsv.write_csv(pa.Table.from_pylist(docs[2:5]), folder / "a.csv")
+    with gzip.open(folder / "a.jsonl.gz", "wt") as f:
+        f.write(json.dumps(docs[5]) + "\n")
+    with open(folder / "b.jsonl", "w") as f:
+        f.write(json.dumps(docs[6]) + "\n")
+    out = str(tmp_path / "out")
+    files = sorted(str(p) for p in folder.iterdir())
+    result = deduplicate(files, out, DedupConfig(mode="exact"), backend="inline")
+    lines = {os.path.relpath(p, out): len(read_jsonl_gz(p)) for p in result.attributes}
+    assert lines == {
+        "attributes/a.csv.jsonl.gz": 3,
+        "attributes/a.jsonl.jsonl.gz": 2,
+        "attributes/a.jsonl.gz.jsonl.gz": 1,
+        "attributes/b.jsonl.gz": 1,  # a name of its own keeps Marin's layout
+    }
