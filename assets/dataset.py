@@ -36,6 +36,7 @@ from marin_dagster.datasets.sources import (
     resolve,
 )
 from marin_dagster.datasets.tasks import RESOLVED, Fetched, FetchJob, fetch_one
+from marin_dagster.ducky import catalog
 from marin_dagster.execution.asset import StepContext, check_name, step_for, versioned_asset
 from marin_dagster.execution.origins import write_origins
 from marin_dagster.execution.version import StepConfig, unversioned
@@ -46,6 +47,11 @@ from marin_dagster.zephyr import Dataset, InputError, ShardFailedError
 # is left out of the metadata (Parquet counts come from the footers whatever the size).
 COUNT_DOCUMENTS_MAX_BYTES = 2 << 30
 MANIFEST_METADATA_FILES = 100
+
+
+# A copy of the user's folder: every data file at any depth is one table, whatever its
+# format (top-level files beside a subfolder's: the view held only the top level's).
+catalog.register_kind("dataset", files="*")
 
 
 class DatasetConfig(StepConfig):

@@ -8,7 +8,9 @@ SUCCESS among the other versions of the same name under the prefix
 
 Formats come from the output's manifest, so a new dataset factory needs no
 registration: JSONL (`.jsonl`, `.ndjson`, `.json.gz`, with `.gz`/`.zst`),
-Parquet, CSV, or a token cache (`*/offsets.npy`, see docs/formats.md). A
+Parquet, CSV, or a token cache (`*/offsets.npy`, see docs/formats.md). Files
+of several of the first three are one table all the same (`mixed`: each read
+by its own reader, columns matched by name). A
 factory may override with asset metadata `marin/format` and restrict the files
 with a glob `marin/files` (relative to the output), or declare both for its
 kind with `register_kind`.
@@ -25,7 +27,8 @@ Which files a view reads, without `marin/files`:
   level when there are any (the shards next to side files); else the
   `documents/` folder when there is one (a dedup output: `documents/` is the
   dataset, `attributes/`, `signatures/` and `links/` describe it); else every
-  data file (splits in folders: `train/`, `validation/`).
+  data file (splits in folders: `train/`, `validation/`). `dataset()`'s copy of a
+  user's folder is every data file at any depth (`register_kind("dataset")`).
 
 Resolving never fails as a whole: an output that cannot be read is reported
 as `Unavailable` (with why and what to do) by `resolve_views`, and left out,
@@ -38,7 +41,6 @@ import dataclasses
 import fnmatch
 import logging
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -57,6 +59,8 @@ logger = logging.getLogger(__name__)
 
 JSONL, PARQUET, CSV, TOKEN_CACHE = "jsonl", "parquet", "csv", "token_cache"
 FORMATS = (JSONL, PARQUET, CSV, TOKEN_CACHE)
+MIXED = "mixed"
+"""Data files of several of JSONL, Parquet and CSV: each read by its own reader, one table."""
 
 _SUFFIXES = {
     JSONL: (
@@ -154,15 +158,15 @@ def format_of(rel_path: str, *, plain_json: bool = False) -> str | None:
 
 
 def detect_format(rel_paths: Iterable[str], *, plain_json: bool = False) -> str | None:
-    """The format most of an output's data files share (a token cache wins: its .npy are the data)."""
-    counts = Counter(
-        f for f in (format_of(p, plain_json=plain_json) for p in rel_paths) if f is not None
-    )
-    if not counts:
+    """The format an output's data files share, or MIXED where they differ (a folder of
+    JSONL and CSV files copied by `dataset()`: one table still). A token cache wins: its
+    .npy are the data."""
+    formats = {format_of(p, plain_json=plain_json) for p in rel_paths} - {None}
+    if not formats:
         return None
-    if TOKEN_CACHE in counts:
+    if TOKEN_CACHE in formats:
         return TOKEN_CACHE
-    return counts.most_common(1)[0][0]
+    return formats.pop() if len(formats) == 1 else MIXED
 
 
 DOCUMENTS_FOLDER = "documents"
@@ -199,12 +203,13 @@ def load_output(
             f"{entry.name}: {path} has no JSONL, Parquet, CSV or token-cache files; no view"
         )
         return None
-    if fmt not in FORMATS:
+    if fmt not in (*FORMATS, MIXED):
         raise ValueError(
             f"{entry.name}: marin/format {fmt!r} is not one of {', '.join(FORMATS)}; "
             "fix the asset's metadata"
         )
-    files = tuple(fs.join(path, r) for r in chosen if format_of(r, plain_json=explicit) == fmt)
+    readable = (fmt,) if fmt != MIXED else (JSONL, PARQUET, CSV)
+    files = tuple(fs.join(path, r) for r in chosen if format_of(r, plain_json=explicit) in readable)
     if not files:
         return None
     return Dataset(

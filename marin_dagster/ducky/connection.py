@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from marin_dagster import fs
-from marin_dagster.ducky.catalog import CSV, JSONL, PARQUET, TOKEN_CACHE, Dataset
+from marin_dagster.ducky.catalog import CSV, JSONL, MIXED, PARQUET, TOKEN_CACHE, Dataset, format_of
 from marin_dagster.execution.origins import note_origins
 from marin_dagster.zephyr.readers import Cursor, InputError, iter_jsonl
 
@@ -86,15 +86,27 @@ def token_cache_table(dataset: Dataset) -> pa.Table:
     )
 
 
-def view_sql(dataset: Dataset) -> str:
-    files = _file_list(dataset.files)
-    if dataset.format == JSONL:
+def _read_sql(fmt: str, paths: Iterable[str]) -> str:
+    files = _file_list(paths)
+    if fmt == JSONL:
         return f"SELECT * FROM read_json({files}, format='newline_delimited', union_by_name=true)"
-    if dataset.format == PARQUET:
+    if fmt == PARQUET:
         return f"SELECT * FROM read_parquet({files}, union_by_name=true)"
-    if dataset.format == CSV:
-        return f"SELECT * FROM read_csv({files}, union_by_name=true)"
-    raise ValueError(f"{dataset.name}: no SQL reader for format {dataset.format!r}")
+    return f"SELECT * FROM read_csv({files}, union_by_name=true)"
+
+
+def view_sql(dataset: Dataset) -> str:
+    if dataset.format in (JSONL, PARQUET, CSV):
+        return _read_sql(dataset.format, dataset.files)
+    if dataset.format != MIXED:
+        raise ValueError(f"{dataset.name}: no SQL reader for format {dataset.format!r}")
+    # Each format by its own reader, then one table: columns matched by name.
+    by_format: dict[str, list[str]] = {}
+    for path in dataset.files:
+        by_format.setdefault(format_of(fs.basename(path), plain_json=True) or CSV, []).append(path)
+    return " UNION ALL BY NAME ".join(
+        f"({_read_sql(fmt, paths)})" for fmt, paths in sorted(by_format.items())
+    )
 
 
 def add_view(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> None:
@@ -116,7 +128,7 @@ def add_view(con: duckdb.DuckDBPyConnection, dataset: Dataset) -> None:
 def view_error(dataset: Dataset, error: Exception) -> str:
     """Why the view of `dataset` cannot be made, in one line, and what to do."""
     first = str(error).strip().split("\n")[0].strip().rstrip(".")
-    if dataset.format == JSONL:
+    if dataset.format in (JSONL, MIXED):
         lone = _lone_surrogate_line(first)
         if lone:
             # Python reads the escape and the steps keep the text as read, so a rebuild writes

@@ -9,6 +9,7 @@ import time
 
 import duckdb
 import pyarrow as pa
+import pyarrow.csv  # noqa: F401 -- pa.csv
 import pyarrow.parquet as pq
 import pytest
 import zstandard
@@ -122,7 +123,7 @@ def test_format_detection_ignores_side_files():
         )
         == "token_cache"
     )
-    assert detect_format(["a.parquet", "b.parquet", "c.csv"]) == "parquet"
+    assert detect_format(["a.parquet", "b.parquet", "c.csv"]) == "mixed"
     assert detect_format(["model.safetensors", ".manifest.json"]) is None
 
 
@@ -230,6 +231,35 @@ def test_a_view_reads_one_table_of_data_shards_never_side_files(prefix, corpus_r
     assert sorted(columns) == ["id", "text", "title"]
     assert con.execute('SELECT count(*) FROM "raw/corpus"').fetchone() == (10,)
     assert con.execute('SELECT count(*) FROM "splits/corpus"').fetchone() == (9,)
+
+
+def test_a_dataset_copy_of_several_formats_and_folders_is_one_table(tmp_path, corpus_records):
+    """dataset() copies a user's folder as it is. Its view read only the most common format
+    and, with files at the top level, none in subfolders: 18 of 22 records, no note."""
+    import assets.dataset  # noqa: F401 -- registers the dataset kind's reader hint
+
+    prefix = str(tmp_path / "data")
+    records = [{"id": i, "text": f"record {i}"} for i in range(11)]
+    parquet, csv = io.BytesIO(), io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(records[5:7]), parquet)
+    pa.csv.write_csv(pa.Table.from_pylist(records[7:9]), csv)
+    write_output(
+        prefix,
+        "raw/mine",
+        "aaaaaaaa",
+        {
+            "a.jsonl": b"".join(json.dumps(r).encode() + b"\n" for r in records[:3]),
+            "b.jsonl.gz": jsonl_gz(records[3:5]),
+            "c.parquet": parquet.getvalue(),
+            "d.csv": csv.getvalue(),
+            "sub/e.jsonl": b"".join(json.dumps(r).encode() + b"\n" for r in records[9:]),
+        },
+    )
+    [view] = resolve_catalog(prefix, [AssetEntry("raw/mine", "dataset", "aaaaaaaa")])
+    assert view.format == "mixed" and len(view.files) == 5
+    con = connect([view], prefix)
+    rows = con.execute('SELECT id, text FROM "raw/mine" ORDER BY id').fetchall()
+    assert rows == [(r["id"], r["text"]) for r in records]
 
 
 def test_a_factory_can_name_plain_json_shards(tmp_path, corpus_records):
