@@ -18,6 +18,7 @@ from marin_dagster.execution.instance import (
     persistent_instance,
     run_process_tags,
 )
+from marin_dagster.execution.script import refuse_import_time_run
 from marin_dagster.execution.tags import FORCE_TAG
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
@@ -91,6 +92,7 @@ class Experiment:
         Called by the script Python runs, it takes `executor_main`'s flags (`python exp.py
         --dry_run`, `--prefix`, `--run_only`, `--force_run_failed`); they used to be ignored,
         and a dry run built everything."""
+        refuse_import_time_run(f"Experiment({self.name!r}).materialize()")
         flags = _script_flags()
         if flags:
             if resources or instance is not None or force:

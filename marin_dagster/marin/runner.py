@@ -19,6 +19,7 @@ import dagster as dg
 
 from assets.experiment import Experiment
 from marin_dagster.execution.asset import Step, upstream_closure
+from marin_dagster.execution.script import refuse_import_time_run
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.marin.lower import lower
 from marin_dagster.settings import parse_bool
@@ -162,6 +163,7 @@ def executor_main(
     --run_only REGEX ...   only the steps matching (and what they depend on)
     --force_run_failed B   rerun steps that FAILED (default true)
     """
+    refuse_import_time_run("executor_main()")
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--prefix", default=None, help="where outputs go (default: MARIN_PREFIX, else ./data)"

@@ -171,3 +171,48 @@ def test_ctrl_c_stops_a_script_run_and_says_how_to_resume(tmp_path, dagster_home
     assert proc.returncode in (-signal.SIGINT, 130), stderr[-2000:]
     assert "was stopped in t__wait" in stderr and "Run it again" in stderr, stderr[-2000:]
     assert "fix what failed" not in stderr
+
+
+def test_an_unguarded_run_refuses_while_its_file_is_imported(tmp_path) -> None:
+    """An experiment file calling materialize() with no `if __name__ == "__main__":` ran
+    every step when `dagster asset list -f exp.py` only loaded it; run as a script, it runs."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    src = tmp_path / "notes.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "a note"}) + "\n")
+    env = subprocess_env(MARIN_PREFIX=str(tmp_path / "data"), DAGSTER_HOME=str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    for name, call in (
+        ("exp", "Experiment('unguarded', leaves=[raw]).materialize()"),
+        ("marin_style", "executor_main(steps=[raw])"),
+    ):
+        script = tmp_path / f"{name}.py"
+        script.write_text(
+            "from assets import Experiment, dataset\n"
+            "from marin_dagster.marin import executor_main\n"
+            f"raw = dataset('raw/unguarded-{name}', {str(src)!r})\n"
+            f"{call}\n"
+        )
+        dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+        listed = subprocess.run(
+            [dagster, "asset", "list", "-f", str(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert listed.returncode != 0
+        assert f"{script}:4: " in listed.stderr, listed.stderr
+        assert 'put the call under `if __name__ == "__main__":`' in listed.stderr
+        assert not (tmp_path / "data").exists()  # nothing ran
+        ran = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, cwd=tmp_path
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert list((tmp_path / "data" / "raw").glob(f"unguarded-{name}-*/.status.json"))
+        shutil.rmtree(tmp_path / "data")
