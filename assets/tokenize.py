@@ -142,6 +142,11 @@ def _file_sha256(spec: str) -> str | None:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def _local_path(spec: str) -> bool:
+    """A spec naming a local file (a hub name or a URL is looked up when the step runs)."""
+    return "://" not in spec and (spec.endswith(".json") or spec.startswith((".", "/", "~")))
+
+
 def tokenizer(
     name: str,
     source: dg.AssetsDefinition | None = None,
@@ -166,6 +171,12 @@ def tokenizer(
         )
         if not pretrained:
             _training_eos(cfg.special_tokens)  # refused now, not when the step runs
+        elif cfg.pretrained_sha256 is None and _local_path(pretrained):
+            # The dry run listed the step to run, and the run failed on it.
+            raise ValueError(
+                f"pretrained={pretrained!r}: no {TOKENIZER_FILE} there; give the path of a "
+                f"{TOKENIZER_FILE} (or of the folder holding it), or a hub name"
+            )
     return versioned_asset(
         name=name,
         kind="tokenizer",

@@ -6,7 +6,7 @@ import base64
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 import pydantic
@@ -18,6 +18,7 @@ from marin_dagster.execution.asset import (
     defining,
     step_for,
     steps_by_name,
+    unknown_keyword,
     versioned_asset,
 )
 from marin_dagster.execution.version import StepConfig, added_later
@@ -148,15 +149,48 @@ def _run_train(
     return meta
 
 
+# train_lm's own keywords, then the engine config's fields it passes on as they are.
+_TRAIN_LM_KEYWORDS = (
+    "version",
+    "model",
+    "optimizer",
+    "datasets",
+    "batch_size",
+    "num_train_steps",
+    "seq_len",
+    "evals",
+    "resources",
+)
+
+
+def _check_keywords(name: str, config: Mapping[str, Any]) -> None:
+    passed_on = [
+        f.name
+        for f in dataclasses.fields(TrainLmConfig)
+        if f.name not in (*_TRAIN_LM_KEYWORDS, "validation", "tokenizer_vocab_size")
+    ]
+    for keyword in config:
+        if keyword in passed_on:
+            continue
+        if keyword in {f.name for f in dataclasses.fields(AdamConfig)}:
+            raise TypeError(
+                f"train_lm({name!r}): {keyword} is an optimizer setting: pass "
+                f"optimizer=AdamConfig({keyword}=...)"
+            )
+        raise TypeError(
+            f"train_lm({name!r}): " + unknown_keyword(keyword, [*_TRAIN_LM_KEYWORDS, *passed_on])
+        )
+
+
 def train_lm(
     name: str,
     *,
     version: str = "v1",
-    model: LlamaConfig,
+    model: LlamaConfig | None = None,
     optimizer: AdamConfig | None = None,
-    datasets: Mapping[dg.AssetsDefinition, float],
-    batch_size: int,
-    num_train_steps: int,
+    datasets: Mapping[dg.AssetsDefinition, float] | None = None,
+    batch_size: int | None = None,
+    num_train_steps: int | None = None,
     seq_len: int | None = None,
     evals: Sequence[dg.AssetsDefinition] | None = None,
     resources: str | ResourceConfig = "cpu",
@@ -169,6 +203,18 @@ def train_lm(
     enters the step's version. Evaluation reads the validation split of `evals` (tokenized
     assets with the same tokenizer), by default of the training datasets.
     """
+    # Required, yet None by default: a misspelt keyword (`num_train_step=`) is then named as
+    # such, not hidden behind Python's "missing argument".
+    _check_keywords(name, config)
+    for required, value in (
+        ("model", model),
+        ("datasets", datasets),
+        ("batch_size", batch_size),
+        ("num_train_steps", num_train_steps),
+    ):
+        if value is None:
+            raise TypeError(f"train_lm({name!r}): {required}= is required")
+    assert model is not None and datasets is not None and num_train_steps is not None
     if not isinstance(datasets, Mapping):
         raise TypeError(
             f"train_lm({name!r}): datasets must map tokenized assets to their weights, e.g. "
@@ -212,7 +258,8 @@ def train_lm(
 
 
 class EvaluateStepConfig(StepConfig):
-    split: str = "validation"
+    split: Literal["train", "validation"] = "validation"
+    """The token cache split scored: the two a `tokenized` step writes."""
     batch_size: int = pydantic.Field(8, ge=1)
     max_batches: int | None = pydantic.Field(16, ge=1)
     seq_len: int | None = pydantic.Field(None, ge=2)

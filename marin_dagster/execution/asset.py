@@ -206,16 +206,20 @@ def _config_fields(title: str) -> list[str]:
     return []
 
 
+def unknown_keyword(keyword: str, keywords: Sequence[str]) -> str:
+    """A misspelt keyword, with its likely fix and the keywords there are."""
+    close = difflib.get_close_matches(keyword, keywords, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown keyword {keyword!r}{hint} (the keywords: {', '.join(keywords)})"
+
+
 def _field_errors(e: pydantic.ValidationError) -> str:
     """Pydantic's errors in a line per field; a misspelt keyword with its likely fix."""
     lines = []
     for err in e.errors():
         field = ".".join(str(part) for part in err["loc"])
         if err["type"] == "extra_forbidden":
-            fields = _config_fields(e.title)
-            close = difflib.get_close_matches(field, fields, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            lines.append(f"unknown keyword {field!r}{hint} (the keywords: {', '.join(fields)})")
+            lines.append(unknown_keyword(field, _config_fields(e.title)))
         else:
             lines.append(f"{field}: {err['msg']} (got {err.get('input')!r})")
     return "; ".join(lines)

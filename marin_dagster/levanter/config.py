@@ -211,6 +211,36 @@ class TrainLmConfig:
                     f"datasets[{name!r}]: mixture weight must be a positive number, "
                     f"got {weight!r}; drop the dataset instead of giving it weight 0"
                 )
+        if not isinstance(self.optimizer, AdamConfig):
+            raise TrainInputError(
+                f"optimizer must be an AdamConfig, got {type(self.optimizer).__name__} "
+                f"{self.optimizer!r}; write optimizer=AdamConfig(learning_rate=...) "
+                "(from marin_dagster.levanter import AdamConfig)"
+            )
+        # Types first: a string where a number goes failed later in a comparison, or in JAX,
+        # without the field's name.
+        for name, optional in (
+            ("seq_len", True),
+            ("seed", False),
+            ("batch_size", False),
+            ("num_train_steps", False),
+            ("data_block_size", False),
+            ("steps_per_eval", True),
+            ("max_eval_batches", True),
+            ("checkpoint_every_steps", True),
+            ("keep", True),
+        ):
+            value = getattr(self, name)
+            if (value is None and not optional) or (
+                value is not None and (not isinstance(value, int) or isinstance(value, bool))
+            ):
+                raise TrainInputError(
+                    f"{name} must be an integer{' or None' if optional else ''}, got "
+                    f"{type(value).__name__} {value!r}"
+                )
+        for name in ("train_split", "validation_split"):
+            if not isinstance(getattr(self, name), str):
+                raise TrainInputError(f"{name} must be a split name, got {getattr(self, name)!r}")
         if self.seq_len is not None and self.seq_len < 2:
             raise TrainInputError(
                 f"seq_len must be at least 2 (a token and its target), got {self.seq_len}"
@@ -222,9 +252,10 @@ class TrainLmConfig:
                 "config with a longer seq_len"
             )
         for name in ("batch_size", "num_train_steps", "data_block_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise TrainInputError(f"{name} must be a positive integer, got {value!r}")
+            if getattr(self, name) < 1:
+                raise TrainInputError(
+                    f"{name} must be a positive integer, got {getattr(self, name)!r}"
+                )
         if self.z_loss_weight is not None and not (
             isinstance(self.z_loss_weight, int | float) and 0 <= self.z_loss_weight < math.inf
         ):

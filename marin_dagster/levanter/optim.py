@@ -38,6 +38,15 @@ class AdamConfig:
     max_grad_norm: float | None = 1.0
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "lr_schedule" or (value is None and f.name in ("decay", "max_grad_norm")):
+                continue
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                # A string ("1e-3") failed later in a comparison that named no field.
+                raise ValueError(
+                    f"AdamConfig.{f.name} must be a number, got {type(value).__name__} {value!r}"
+                )
         if self.lr_schedule not in _SCHEDULES:
             raise ValueError(
                 f"AdamConfig.lr_schedule must be one of {_SCHEDULES}, got {self.lr_schedule!r}"

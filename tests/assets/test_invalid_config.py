@@ -56,6 +56,68 @@ def test_train_lm_refuses_values_that_cannot_run(dataset, field, value):
     assert message.startswith("train_lm('checkpoints/cfg'): ") and field in message
 
 
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        # each failed later without the field's name, in a comparison or in JAX
+        ("seq_len", "128", "seq_len must be an integer or None, got str '128'"),
+        ("seed", "1", "seed must be an integer, got str '1'"),
+        ("steps_per_eval", "10", "steps_per_eval must be an integer or None, got str '10'"),
+        ("keep", 1.5, "keep must be an integer or None, got float 1.5"),
+        ("optimizer", {"learning_rate": 0.5}, "optimizer must be an AdamConfig, got dict"),
+        ("steps_per_evl", 10, "unknown keyword 'steps_per_evl'; did you mean 'steps_per_eval'?"),
+        (
+            "learning_rate",
+            1e-3,
+            "learning_rate is an optimizer setting: pass optimizer=AdamConfig(",
+        ),
+        ("tokenizer_vocab_size", 99, "unknown keyword 'tokenizer_vocab_size'"),
+    ],
+)
+def test_train_lm_names_the_field_of_a_wrong_value_or_keyword(dataset, field, value, message):
+    with pytest.raises((ValueError, TypeError)) as err:
+        _train(dataset, **{field: value})
+    assert str(err.value).startswith(f"train_lm('checkpoints/cfg'): {message}"), str(err.value)
+
+
+def test_a_misspelt_required_keyword_is_named_not_called_missing(dataset):
+    """`num_train_step=30` was "missing 1 required keyword-only argument: 'num_train_steps'",
+    which hid the typo."""
+    with pytest.raises(TypeError) as err:
+        train_lm(
+            "checkpoints/cfg",
+            model=llama_nano,
+            datasets={dataset: 1.0},
+            batch_size=4,
+            num_train_step=30,
+        )
+    assert "unknown keyword 'num_train_step'; did you mean 'num_train_steps'?" in str(err.value)
+    with pytest.raises(TypeError, match=r"^train_lm\('checkpoints/cfg'\): num_train_steps= is"):
+        train_lm("checkpoints/cfg", model=llama_nano, datasets={dataset: 1.0}, batch_size=4)
+
+
+def test_adam_config_names_a_field_given_as_text():
+    from marin_dagster.levanter import AdamConfig
+
+    for field in ("learning_rate", "weight_decay", "warmup"):
+        with pytest.raises(ValueError, match=rf"AdamConfig.{field} must be a number, got str"):
+            AdamConfig(**{field: "1e-3"})
+
+
+def test_a_pretrained_tokenizer_file_that_is_not_there_is_refused_when_defined():
+    """The dry run listed the tokenizer step to run; the run then failed on the missing file."""
+    corpus = sample_corpus("raw/cfg")
+    for spec in ("/no/such/tokenizer.json", "./nowhere/tok.json"):
+        with pytest.raises(ValueError, match=r"pretrained=.*: no tokenizer.json there"):
+            tokenized("tokenized/cfg", source=corpus, tokenizer=spec)
+
+
+def test_evaluate_refuses_a_split_no_token_cache_has(dataset):
+    """ "valid" failed at run time as a cache "never built, or the build did not finish"."""
+    with pytest.raises(ValueError, match=r"split: Input should be 'train' or 'validation'"):
+        evaluate("eval/cfg", checkpoint=_train(dataset), datasets=[dataset], split="valid")
+
+
 def test_train_lm_refuses_a_sequence_longer_than_the_model(dataset):
     with pytest.raises(ValueError, match=r"seq_len=99999 is above the model's maximum"):
         _train(dataset, seq_len=99999)
@@ -108,7 +170,7 @@ def test_a_misspelt_keyword_names_the_factory_and_the_likely_field():
         "tokenizer('tokenizers/cfg'): unknown keyword 'vocab_sise'; did you mean 'vocab_size'?"
     )
     with pytest.raises(ValueError) as err:
-        tokenized("tokenized/cfg", source=corpus, tokenizer="/no/tokenizer.json", txt_key="t")
+        tokenized("tokenized/cfg", source=corpus, tokenizer="gpt2", txt_key="t")
     assert str(err.value).startswith(
         "tokenized('tokenized/cfg'): unknown keyword 'txt_key'; did you mean 'text_key'?"
     )
