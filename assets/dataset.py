@@ -219,7 +219,9 @@ def dataset(
 
     `format` ("jsonl", "parquet", "csv") is needed only where file extensions do not say it.
     Errors in the source (not found, bad revision, empty, unknown format) are raised here,
-    naming the source; a missing text field is found when the asset runs, before SUCCESS.
+    naming the source. When the asset runs, the first 100 records of each file are read
+    (before SUCCESS: a text field missing from those, or a broken line, fails it); a record
+    further on is checked by the steps that read its text, which name its line.
     """
     check_name(name)
     try:

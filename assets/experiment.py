@@ -139,7 +139,7 @@ class Experiment:
 
 class StepsFailedError(Exception):
     """Steps of an in-process run failed; the others ran, and those after a failed one were
-    skipped. The message names each failed step and the first line of its error."""
+    skipped. The message names each failed step, the first line of its error and its notes."""
 
     def __init__(self, result: dg.ExecuteInProcessResult, steps: Sequence[str]) -> None:
         self.result = result
@@ -150,10 +150,13 @@ class StepsFailedError(Exception):
         }
         ran = {e.step_key for e in result.all_events if e.is_step_success or e.is_step_failure}
         skipped = [key for key in steps if key not in ran]
-        lines = [
-            f"  {key}: {(error.message.strip() or error.cls_name).splitlines()[0]}"
-            for key, error in failures.items()
-        ]
+        lines = []
+        for key, error in failures.items():
+            # The first line, and the notes after it (which original a copied file is of):
+            # the note is what says where the fix goes.
+            first, *rest = (error.message.strip() or error.cls_name).splitlines()
+            lines.append(f"  {key}: {first}")
+            lines += [f"    {line.strip()}" for line in rest if line.strip()][:3]
         after = f"; skipped after them: {', '.join(skipped)}" if skipped else ""
         self.interrupted = any(e.cls_name in _INTERRUPTS for e in failures.values())
         if self.interrupted:

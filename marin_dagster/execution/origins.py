@@ -27,10 +27,19 @@ def read_origins(output_path: str) -> dict[str, str]:
     return found if isinstance(found, dict) else {}
 
 
+def _names_an_input(error: BaseException, inputs: Mapping[str, str]) -> bool:
+    message = str(error)
+    return any(root in message or fs.normalize(root) in message for root in inputs.values())
+
+
 def note_origins(error: BaseException, inputs: Mapping[str, str], names: Mapping[str, str]) -> None:
     """Add a note to `error` for each copied input file its message names.
 
-    `inputs` maps an input's role to its output path, `names` the role to its asset name."""
+    `inputs` maps an input's role to its output path, `names` the role to its asset name.
+    The note goes on the innermost error in the chain that names the file (the engine's
+    wrapping of it names it too): that error is the one a run's summary shows."""
+    while error.__cause__ is not None and _names_an_input(error.__cause__, inputs):
+        error = error.__cause__
     message = str(error)
     for role, root in inputs.items():
         if root not in message and fs.normalize(root) not in message:

@@ -315,6 +315,34 @@ def test_a_relative_glob_is_named_the_same_in_any_working_folder(tmp_path, monke
         as_dataset(42)  # type: ignore[arg-type]
 
 
+def test_a_script_runs_summary_names_the_original_of_a_copy_dedup_failed_on(tmp_path):
+    """Dedup reads the copy through Zephyr, which wraps the error: the note naming the
+    original went on the wrapper, and the script run's summary, showing the error's first
+    line, named only the copy, which users then edited."""
+    from assets import Experiment
+    from assets.experiment import StepsFailedError
+
+    src = tmp_path / "corpus"
+    src.mkdir()
+    records = [{"id": i, "text": f"doc {i}"} for i in range(150)] + [{"id": 150, "body": "x"}]
+    (src / "l.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    prefix = str(tmp_path / "data")
+    raw = dataset("raw/late", str(src))
+    dedup = deduplicated("dedup/late", source=raw, mode="exact")
+    copy = os.path.join(
+        StorageResource(prefix=prefix).output_path("raw/late", _version(raw)), "l.jsonl"
+    )
+    with dg.instance_for_test() as instance, pytest.raises(StepsFailedError) as err:
+        Experiment("late", leaves=[dedup]).materialize(
+            resources=_resources(prefix), instance=instance
+        )
+    message = str(err.value)
+    assert f"{copy}: line 151: record 150 has no 'text' field" in message, message
+    assert f"{copy} is raw/late's copy of {src / 'l.jsonl'}: a fix to the file belongs there" in (
+        message
+    )
+
+
 def test_a_broken_line_in_a_fetched_file_names_the_original_to_fix(tmp_path):
     """The tokenizer meets a broken line in the dataset's copy of the user's file: its error
     names the copy and the line, and a note names the original, which is what to fix. After
