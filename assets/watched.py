@@ -45,6 +45,7 @@ from marin_dagster.execution.asset import (
 )
 from marin_dagster.execution.version import StepConfig, compute_version, unversioned
 from marin_dagster.iris import ResourceConfig
+from marin_dagster.zephyr.readers import compressed_suffix
 
 
 class WatchedFolderConfig(StepConfig):
@@ -161,6 +162,12 @@ def _file_documents(
     """`(id, text)` for each document of one file, read line by line for `.jsonl` (a dump of
     gigabytes is never held whole), feeding `digest` the bytes read."""
     with open(path, "rb") as f:
+        compressed = compressed_suffix(f.peek(8)[:8])
+        if compressed is not None:  # bytes, not text: said so, not as "not UTF-8"
+            raise ValueError(
+                f"{path} is {compressed[1:]}-compressed; folder_corpus reads plain text files: "
+                "put it there decompressed, or leave it out with pattern="
+            )
         if not rel.endswith(".jsonl"):
             data = f.read()
             digest.update(data)

@@ -201,7 +201,12 @@ def open_input(path: str) -> Iterator[IO[bytes]]:
     with fs.open_read(path) as raw:
         comp = compression_of(path)
         if comp is None:
-            yield _past_bom(raw)
+            f = _past_bom(raw)
+            # A compressed file under a plain name: a .csv of gzip bytes read as no records.
+            error = compressed_error(path, f.peek(8)[:8] if hasattr(f, "peek") else b"")
+            if error is not None:
+                raise error
+            yield f
         else:
             with io.BufferedReader(_Decompressed(raw, path, comp), 1 << 20) as f:
                 yield _past_bom(f)
@@ -252,6 +257,32 @@ try:  # orjson, where installed, parses JSON lines about 3x faster than the stdl
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
     _DecodeError = (json.JSONDecodeError,)
+
+
+# A compressed file under a plain name reads as bytes that are not UTF-8: say what it is.
+_MAGIC = {
+    b"\x1f\x8b": ".gz",
+    b"\x28\xb5\x2f\xfd": ".zst",
+    b"BZh": ".bz2",
+    b"\xfd7zXZ": ".xz",
+}
+
+
+def compressed_suffix(head: bytes) -> str | None:
+    """The suffix of the compression whose magic bytes `head` starts with, or None."""
+    return next((suffix for magic, suffix in _MAGIC.items() if head.startswith(magic)), None)
+
+
+def compressed_error(path: str, head: bytes) -> InputError | None:
+    """The error for a compressed file whose name does not say so, or None."""
+    suffix = compressed_suffix(head)
+    if suffix is None:
+        return None
+    if suffix in (".gz", ".zst"):
+        fix = f"name it {path.rsplit('/', 1)[-1]}{suffix}, so that it is decompressed as read"
+    else:
+        fix = "decompress it, or recompress it as .gz or .zst (both are read)"
+    return InputError(f"{path} is {suffix[1:]}-compressed, but its name says plain text: {fix}")
 
 
 def _bad_line(path: str, lineno: int, line: bytes) -> Any:

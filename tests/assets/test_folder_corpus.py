@@ -129,6 +129,20 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, name, data, co
     assert f"{inbox / name}:2: byte {column} of the line is not UTF-8" in message
 
 
+def test_a_compressed_file_is_named_as_such_not_as_not_utf8(tmp_path):
+    """A .jsonl.gz dropped in the inbox (pattern="*") failed as "byte 1 of the line is not
+    UTF-8: convert it", advice that fits a Latin-1 file."""
+    import gzip
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "b.jsonl.gz").write_bytes(gzip.compress(b'{"text": "one"}\n'))
+    result, _ = _materialize(str(inbox), str(tmp_path / "data"))
+    message = _failure_message(result)
+    assert f"{inbox / 'b.jsonl.gz'} is gz-compressed; folder_corpus reads plain text" in message
+    assert "not UTF-8" not in message
+
+
 def test_changed_files_rebuild_the_corpus_and_what_follows_without_the_sensor(
     tmp_path, monkeypatch
 ):

@@ -4,6 +4,7 @@ never read as a shorter file."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import os
@@ -171,6 +172,26 @@ def test_truncated_parquet_names_the_file(local_ctx: ZephyrContext, tmp_path) ->
         "cut.parquet",
         "not a complete Parquet file",
     )
+
+
+@pytest.mark.parametrize(
+    "name, compress, load, says",
+    [
+        ("e.jsonl", gzip.compress, "load_jsonl", "name it e.jsonl.gz"),
+        # a gzip CSV under a plain name read as no records at all, with no error
+        ("c.csv", gzip.compress, "load_csv", "name it c.csv.gz"),
+        ("z.jsonl", zstandard.compress, "load_jsonl", "name it z.jsonl.zst"),
+        ("b.jsonl", bz2.compress, "load_jsonl", "recompress it as .gz or .zst"),
+    ],
+)
+def test_a_compressed_file_under_a_plain_name_is_named_as_such(
+    local_ctx: ZephyrContext, tmp_path, name, compress, load, says
+) -> None:
+    """It was read as text: invalid UTF-8 "(re-encode it from Latin-1)" for JSON lines, and
+    no records for a CSV."""
+    body = b"id,text\n1,one\n" if name.endswith(".csv") else json.dumps(ROWS[0]).encode() + b"\n"
+    path = _write(tmp_path / name, compress(body))
+    _fails_once(local_ctx, getattr(Dataset.from_files(path), load)(), name, "-compressed", says)
 
 
 def test_corrupt_csv_names_file_and_line(local_ctx: ZephyrContext, tmp_path) -> None:
