@@ -141,6 +141,34 @@ def test_records_without_ids_keep_the_first_copy_in_the_input(tmp_path, mode):
     assert dup == {"a.jsonl#11": "a.jsonl#2", "b.jsonl#0": "a.jsonl#2"}
 
 
+@pytest.mark.parametrize("mode", ["exact", "fuzzy"])
+def test_string_ids_with_numbers_keep_the_first_in_natural_order(tmp_path, mode):
+    """folder_corpus names records "x.jsonl:2", "x.jsonl:10": by code point the later line
+    came first and its copy was kept; "doc10" likewise won over "doc9"."""
+    text = "the original text of a document, long enough for a few shingles of five"
+    records = [
+        {"id": "x.jsonl:10", "text": text},
+        {"id": "x.jsonl:2", "text": text},
+        {"id": "doc10", "text": text + " and more"},
+        {"id": "doc9", "text": text + " and more"},
+        {"id": "doc011", "text": "a third text, which has a copy under a zero-padded id"},
+        {"id": "doc012", "text": "a third text, which has a copy under a zero-padded id"},
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in/a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = DedupConfig(mode=mode, **({"threshold": 0.95} if mode == "fuzzy" else {}))
+    result = deduplicate(
+        str(tmp_path / "in/a.jsonl"), str(tmp_path / "out"), config, backend="inline"
+    )
+    dup = {
+        r["id"]: r["cluster_id"]
+        for p in result.attributes
+        for r in read_jsonl_gz(p)
+        if r["duplicate"]
+    }
+    assert dup == {"x.jsonl:10": "x.jsonl:2", "doc10": "doc9", "doc012": "doc011"}
+
+
 def test_paragraph_dedup(local_ctx, tmp_path):
     shared = "A line every page repeats."
     f1 = write_jsonl_gz(
