@@ -1128,7 +1128,7 @@ def check_text_field(
             records = (
                 iter_jsonl(path, cursor, bad=bad)
                 if fmt == "jsonl"
-                else iter_file_records(path, fmt, cursor=cursor)
+                else iter_file_records(path, fmt, cursor=cursor, csv_as_text=True)
             )
             for i, record in enumerate(records):
                 if i + len(bad) >= sample:
@@ -1212,7 +1212,11 @@ def preview(paths: Sequence[str], text_key: str, n: int = 5, chars: int = 100) -
     for path in paths:
         fmt = format_of(path) or "jsonl"
         # broken lines were reported by the check; the preview shows the records around them
-        records = iter_jsonl(path, bad=[]) if fmt == "jsonl" else iter_file_records(path, fmt)
+        records = (
+            iter_jsonl(path, bad=[])
+            if fmt == "jsonl"
+            else iter_file_records(path, fmt, csv_as_text=True)
+        )
         for record in records:
             text = record.get(text_key, "") if isinstance(record, dict) else ""
             rows.append(

@@ -159,7 +159,15 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
     the file (and line); a record's index counts records, not lines.
     """
     cursor = Cursor()
-    for index, record in enumerate(iter_file_records(source.path, source.format, cursor=cursor)):
+    for index, record in enumerate(
+        iter_file_records(
+            # a CSV's values as it holds them: written back unchanged ("007", "NA", "true")
+            source.path,
+            source.format,
+            cursor=cursor,
+            csv_as_text=True,
+        )
+    ):
         line = f"line {cursor.line}: " if cursor.line else ""
         where = f"{source.path}: {line}record {index}"
         if not isinstance(record, dict):

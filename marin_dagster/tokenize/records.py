@@ -78,7 +78,7 @@ def read_records(path: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord | 
     if fmt != "jsonl":
         # Parquet and CSV rows come whole or the file is unreadable (InputError): no line
         # of theirs is a bad record on its own.
-        yield from enumerate(iter_file_records(path, fmt))
+        yield from enumerate(iter_file_records(path, fmt, csv_as_text=True))
         return
     with open_input(path) as f:
         for index, raw in enumerate(f):

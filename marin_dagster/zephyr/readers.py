@@ -8,6 +8,7 @@ parsers for vectorized pipelines (`map_batches`, Parquet in, Parquet out).
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import zlib
@@ -464,9 +465,34 @@ def _csv_error(path: str, e: Exception) -> InputError:
     return InputError(f"{path}: cannot read CSV: {e}")
 
 
-def iter_csv_batches(path: str, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+def _csv_header(path: str) -> list[str] | None:
     with open_input(path) as f:
-        convert = pacsv.ConvertOptions(include_columns=columns) if columns else None
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        try:
+            return next(csv.reader(text), None)
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise _csv_error(path, e) from None
+
+
+def iter_csv_batches(
+    path: str, columns: list[str] | None = None, as_text: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """A CSV file's batches. `as_text`: every value the string the file holds, as the steps
+    that write a CSV back (dedup) or read its text need: inferred types turned "007" into 7,
+    "NA" into null and "true" into True."""
+    convert = pacsv.ConvertOptions(include_columns=columns) if columns else None
+    if as_text:
+        header = _csv_header(path)
+        if not header:
+            return
+        convert = pacsv.ConvertOptions(
+            include_columns=columns or [],
+            column_types={name: pa.string() for name in header},
+            null_values=[],
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        )
+    with open_input(path) as f:
         try:
             reader = pacsv.open_csv(f, convert_options=convert)
         except pa.ArrowInvalid as e:
@@ -504,7 +530,11 @@ def parquet_row_group_splits(path: str, approx_shard_bytes: int) -> list[list[in
 
 
 def iter_file_batches(
-    path: str, fmt: str, columns: list[str] | None = None, row_groups: list[int] | None = None
+    path: str,
+    fmt: str,
+    columns: list[str] | None = None,
+    row_groups: list[int] | None = None,
+    csv_as_text: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "jsonl":
@@ -513,7 +543,7 @@ def iter_file_batches(
     elif fmt == "parquet":
         yield from iter_parquet_batches(path, columns, row_groups)
     elif fmt == "csv":
-        yield from iter_csv_batches(path, columns)
+        yield from iter_csv_batches(path, columns, as_text=csv_as_text)
     else:
         raise ValueError(f"unknown file format {fmt!r} for {path}")
 
@@ -524,7 +554,9 @@ def iter_file_records(
     columns: list[str] | None = None,
     row_groups: list[int] | None = None,
     cursor: Cursor | None = None,
+    csv_as_text: bool = False,
 ) -> Iterator[Any]:
+    """`csv_as_text`: a CSV's values as the strings it holds (`iter_csv_batches`)."""
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "jsonl":
         # Not a generator itself: each record would pass through one more frame.
@@ -532,7 +564,7 @@ def iter_file_records(
         if columns:
             return ({c: rec.get(c) for c in columns} for rec in records)
         return records
-    return _batch_records(path, fmt, columns, row_groups, cursor)
+    return _batch_records(path, fmt, columns, row_groups, cursor, csv_as_text)
 
 
 def _batch_records(
@@ -541,9 +573,10 @@ def _batch_records(
     columns: list[str] | None,
     row_groups: list[int] | None,
     cursor: Cursor | None,
+    csv_as_text: bool,
 ) -> Iterator[Any]:
     index = 0
-    for batch in iter_file_batches(path, fmt, columns, row_groups):
+    for batch in iter_file_batches(path, fmt, columns, row_groups, csv_as_text):
         for rec in batch.to_pylist():
             if cursor is not None:
                 cursor.file, cursor.position = path, index

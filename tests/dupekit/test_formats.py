@@ -118,3 +118,31 @@ def test_inputs_of_one_name_in_two_formats_keep_their_own_attributes(tmp_path):
         "attributes/a.jsonl.gz.jsonl.gz": 1,
         "attributes/b.jsonl.gz": 1,  # a name of its own keeps Marin's layout
     }
+
+
+def test_a_csv_is_written_back_with_its_values_unchanged(tmp_path):
+    """Arrow's type inference rewrote the kept rows: 007 became 7, NA an empty field, true
+    True, 1.50 1.5 and a date a timestamp; the docs promise the fields unchanged."""
+    body = (
+        "id,text,flag,price,note,day,code\n"
+        "1,first text,true,1.50,NA,2020-01-01,007\n"
+        "2,second text,false,2.00,,2021-02-03,01234\n"
+        "3,first text,true,1.50,NA,2020-01-01,007\n"
+    )
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "c.csv").write_text(body)
+    result = deduplicate(
+        str(tmp_path / "in" / "c.csv"),
+        str(tmp_path / "out"),
+        DedupConfig(mode="exact"),
+        backend="inline",
+    )
+    [documents] = result.documents
+    with open(documents) as f:
+        assert f.read() == "".join(body.splitlines(keepends=True)[:3])
+    attributes = [a for p in result.attributes for a in read_jsonl_gz(p)]
+    assert [(a["id"], a["duplicate"]) for a in attributes] == [
+        ("1", False),
+        ("2", False),
+        ("3", True),
+    ]
