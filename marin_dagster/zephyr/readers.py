@@ -279,11 +279,10 @@ def compressed_error(path: str, head: bytes) -> InputError | None:
     suffix = compressed_suffix(head)
     if suffix is None:
         return None
-    if suffix in (".gz", ".zst"):
-        fix = f"name it {path.rsplit('/', 1)[-1]}{suffix}, so that it is decompressed as read"
-    else:
-        fix = "decompress it, or recompress it as .gz or .zst (both are read)"
-    return InputError(f"{path} is {suffix[1:]}-compressed, but its name says plain text: {fix}")
+    return InputError(
+        f"{path} is {suffix[1:]}-compressed, but its name says plain text: name it "
+        f"{path.rsplit('/', 1)[-1]}{suffix}, so that it is decompressed as read"
+    )
 
 
 def _bad_line(path: str, lineno: int, line: bytes) -> Any:

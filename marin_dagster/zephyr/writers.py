@@ -98,12 +98,21 @@ def _compressed_output(path: str) -> Iterator[tuple[IO[bytes], _CountingFile]]:
 
             with zstandard.ZstdCompressor(level=3).stream_writer(counted, closefd=False) as z:
                 yield z, counted
+        elif comp == "bz2":
+            import bz2
+
+            # Read as input, so written too: dedup writes each file back as it came.
+            with bz2.BZ2File(counted, "wb") as b:
+                yield b, counted
+        elif comp == "xz":
+            import lzma
+
+            with lzma.LZMAFile(counted, "wb") as x:
+                yield x, counted
         elif comp is None:
             buffered = io.BufferedWriter(counted, 1 << 20)
             yield buffered, counted
             buffered.flush()
-        else:
-            raise ValueError(f"{path}: writing {comp} is not supported; use .gz or .zst")
 
 
 def _records(stream: Iterator[Any], batches: bool) -> Iterator[Any]:

@@ -181,7 +181,7 @@ def test_truncated_parquet_names_the_file(local_ctx: ZephyrContext, tmp_path) ->
         # a gzip CSV under a plain name read as no records at all, with no error
         ("c.csv", gzip.compress, "load_csv", "name it c.csv.gz"),
         ("z.jsonl", zstandard.compress, "load_jsonl", "name it z.jsonl.zst"),
-        ("b.jsonl", bz2.compress, "load_jsonl", "recompress it as .gz or .zst"),
+        ("b.jsonl", bz2.compress, "load_jsonl", "name it b.jsonl.bz2"),
     ],
 )
 def test_a_compressed_file_under_a_plain_name_is_named_as_such(
