@@ -73,7 +73,7 @@ def resolve_sources(source_files: str | Sequence[str]) -> list[SourceFile]:
             detect_format(p)
         except ValueError:
             raise ValueError(
-                f"{p}: dedup reads JSON lines (.jsonl, .json, .ndjson; plain, .gz or .zst), "
+                f"{p}: dedup reads JSON lines (.jsonl, .json, .ndjson; plain or .gz, .zst, .bz2, .xz), "
                 "Parquet and CSV files; this one's extension says none of them"
             ) from None
     local = [p.split("://", 1)[-1] for p in paths]

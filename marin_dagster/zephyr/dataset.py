@@ -360,7 +360,7 @@ class Dataset:
     def load_jsonl(
         self, include_file_paths: bool = False, file_path_column: str = DEFAULT_FILE_PATH_COLUMN
     ) -> Dataset:
-        """Read JSON lines (plain, .gz or .zst) as dicts."""
+        """Read JSON lines (plain, .gz, .zst, .bz2 or .xz) as dicts."""
         return self._derive(LoadFileOp("jsonl", None, None, include_file_paths, file_path_column))
 
     def load_parquet(
