@@ -12,7 +12,7 @@ import itertools
 import os
 import pickle
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,9 +118,15 @@ class _Counted:
                 yield x
 
 
-def _tracked(items: list[Any], cursor: Cursor) -> Iterator[Any]:
-    for i, x in enumerate(items):
+def _tracked(items: Iterable[Any], cursor: Cursor) -> Iterator[Any]:
+    # Set before each item is made, so that an error making it (a reducer's) names it too.
+    it = iter(items)
+    for i in itertools.count():
         cursor.position = i
+        try:
+            x = next(it)
+        except StopIteration:
+            return
         yield x
 
 
@@ -186,8 +192,9 @@ def _source(
     if isinstance(inp, MultiInput):
         streams = [_source(i, False, cursor)[0] for i in inp.inputs]
         return itertools.chain.from_iterable(streams), False
+    # A reshard's or a shuffle's records are counted too: an error on one named "its start".
     if isinstance(inp, ChunkInput):
-        return _read_chunks(inp), False
+        return _tracked(_read_chunks(inp), cursor), False
     if isinstance(inp, ShuffleInput):
         if isinstance(inp.op, GroupByOp):
             entries = merge_runs(
@@ -196,9 +203,9 @@ def _source(
                 scratch,
                 chunk_bytes=chunk_bytes_for(memory_budget),
             )
-            return reduce_groups(entries, inp.op.reducer_fn), False
+            return _tracked(reduce_groups(entries, inp.op.reducer_fn), cursor), False
         entries = merge_runs(inp.runs, False, scratch, chunk_bytes=chunk_bytes_for(memory_budget))
-        return shuffled_records(entries), False
+        return _tracked(shuffled_records(entries), cursor), False
     raise TypeError(f"unknown task input {type(inp).__name__}")
 
 

@@ -197,7 +197,12 @@ def reduce_groups(
 ) -> Iterator[Any]:
     for _ok, group in itertools.groupby(entries, key=lambda e: order_key(e[0])):
         key, items = _split_group(group)
-        yield from results_of(reducer(key, items))
+        try:
+            yield from results_of(reducer(key, items))
+        except Exception as e:
+            shown = repr(key)
+            e.add_note(f"raised by the reducer of key {shown[:200]}{'...' * (len(shown) > 200)}")
+            raise
 
 
 def shuffled_records(entries: Iterator[tuple]) -> Iterator[Any]:

@@ -8,6 +8,7 @@ import bz2
 import gzip
 import json
 import os
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -159,6 +160,39 @@ def test_an_error_over_an_in_memory_input_names_the_item(local_ctx: ZephyrContex
     with pytest.raises(ShardFailedError) as err:
         local_ctx.execute(ds)
     assert "failed at item 1 of its input: ValueError: b.jsonl: line 2: record 1" in str(err.value)
+
+
+def _fails_on_33(record: dict) -> dict:
+    if record["i"] == 33:
+        raise ValueError("bad record")
+    return record
+
+
+def _reduce_fails_on_3(key: int, items: Iterator[dict]) -> tuple[int, int]:
+    if key == 3:
+        raise ValueError("reducer failed")
+    return key, sum(1 for _ in items)
+
+
+def test_an_error_after_a_reshard_or_a_shuffle_names_the_item_and_key(
+    local_ctx: ZephyrContext, tmp_path
+) -> None:
+    """After a reshard or a group_by, an error on record 33 said "failed at its start", and
+    a reducer's error named no key."""
+    for f in range(2):
+        _write(
+            tmp_path / f"{f}.jsonl",
+            "".join(json.dumps({"i": f * 50 + i}) + "\n" for i in range(50)).encode(),
+        )
+    files = Dataset.from_files(str(tmp_path / "*.jsonl")).load_jsonl()
+    with pytest.raises(ShardFailedError) as err:
+        local_ctx.execute(files.reshard(3).map(_fails_on_33))
+    # record 33 is the first of the second of three shards of 33, 33 and 34 records
+    assert "shard 1 of 3 (attempt 1) failed at item 0 of its input" in str(err.value)
+    with pytest.raises(ShardFailedError) as err:
+        local_ctx.execute(files.group_by(key=lambda r: r["i"] % 7, reducer=_reduce_fails_on_3))
+    assert "failed at item 3 of its input: ValueError: reducer failed" in str(err.value)
+    assert err.value.__cause__.__notes__ == ["raised by the reducer of key 3"]
 
 
 def test_truncated_parquet_names_the_file(local_ctx: ZephyrContext, tmp_path) -> None:
