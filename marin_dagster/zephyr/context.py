@@ -513,8 +513,7 @@ class ZephyrContext:
                         if losses[i] > self.max_worker_losses:
                             raise ShardFailedError(
                                 f"{stage.name}, shard {i}: its worker died {losses[i]} times "
-                                f"(last: {outcome.reason}); the shard may need more memory "
-                                "(stage_resources) or a smaller memory_budget",
+                                f"(last: {outcome.reason}); {outcome.advice()}",
                                 stage.index,
                                 i,
                                 failures[i] + losses[i],

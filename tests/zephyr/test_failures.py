@@ -129,6 +129,32 @@ def test_killed_worker_gives_exactly_once_output(local_ctx: ZephyrContext, tmp_p
     assert sorted(out) == [(i, [0, 1, 2, 3]) for i in range(50)]
 
 
+def _exits_on_3(x: int) -> int:
+    if x == 3:
+        os._exit(3)
+    return x
+
+
+def _kills_itself_on_3(x: int) -> int:
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def test_a_worker_that_keeps_dying_is_described_by_how_it_died() -> None:
+    """A worker the task's own code ended (os._exit) was told "the shard may need more
+    memory"; that advice is for a worker killed by signal 9, as the OOM killer kills."""
+    with ZephyrContext(max_workers=1, max_worker_losses=1, progress_bar=False) as ctx:
+        with pytest.raises(ShardFailedError) as err:
+            ctx.execute(Dataset.from_list(list(range(6))).reshard(1).map(_exits_on_3))
+        message = str(err.value)
+        assert "exited with code 3" in message and "exited by itself" in message, message
+        assert "more memory" not in message
+        with pytest.raises(ShardFailedError) as err:
+            ctx.execute(Dataset.from_list(list(range(6))).reshard(1).map(_kills_itself_on_3))
+        assert "died with signal 9" in str(err.value) and "more memory" in str(err.value)
+
+
 def test_unguarded_script_runs_once(tmp_path) -> None:
     """Workers are fresh interpreters that never re-import the driver's __main__, so a
     pipeline at the top level of an experiment script (no __main__ guard) runs once."""

@@ -26,6 +26,20 @@ class WorkerLost:
 
     reason: str
     over_memory: bool = False
+    exit_code: int | None = None
+    """The process's exit status where known: negative, the signal that ended it."""
+
+    def advice(self) -> str:
+        """What a shard that keeps losing its worker this way likely needs."""
+        if self.exit_code is not None and self.exit_code > 0:
+            return (
+                "the process exited by itself: the task's code, or a library it calls, ended "
+                "it (os._exit, exit() in native code); run the function on that shard's "
+                "records in one process to find which"
+            )
+        if self.exit_code is not None and self.exit_code != -9:
+            return "a crash in native code (a library's C or Rust code) ended the process"
+        return "the shard may need more memory (stage_resources) or a smaller memory_budget"
 
 
 class Backend(Protocol):

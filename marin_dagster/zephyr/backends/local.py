@@ -216,7 +216,7 @@ class LocalBackend:
             else f"worker process {worker.process.pid} exited with code {code}"
         )
         logger.warning("%s; its shard will be rerun in a new worker", reason)
-        return key, WorkerLost(reason)
+        return key, WorkerLost(reason, exit_code=code)
 
     def poll(self, timeout: float) -> list[tuple[Any, TaskResult | WorkerLost]]:
         busy = [w for w in self._workers if w.key is not None]
