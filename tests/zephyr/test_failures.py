@@ -295,3 +295,21 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_function_that_cannot_be_sent_to_a_worker_names_its_stage() -> None:
+    """A closure over a lock failed with a bare "cannot pickle '_thread.lock' object"."""
+    import threading
+
+    lock = threading.Lock()
+
+    def locked(x: int) -> int:
+        with lock:
+            return x
+
+    with ZephyrContext(max_workers=1, progress_bar=False) as ctx:
+        with pytest.raises(TypeError) as err:
+            ctx.execute(Dataset.from_list([1, 2]).map(locked))
+    message = str(err.value)
+    assert "<locals>.locked) -> collect]: its functions cannot be sent to a worker" in message
+    assert "cannot pickle '_thread.lock' object" in message

@@ -112,7 +112,15 @@ def share_as_file(obj: Any, folder: str) -> FileShared:
 
 def dumps_task(task: Task) -> bytes:
     # cloudpickle: user functions are lambdas and closures from experiment files.
-    return cloudpickle.dumps(task)
+    try:
+        return cloudpickle.dumps(task)
+    except Exception as e:  # a bare "cannot pickle '_thread.lock' object" named no stage
+        raise TypeError(
+            f"{task.stage_name}: its functions cannot be sent to a worker ({type(e).__name__}: "
+            f"{e}): one of them, or an object it refers to, holds a lock, an open file, a "
+            "connection or a client; create that inside the function (once per worker: "
+            "ZephyrContext.put / get_shared), or pass what it is made from"
+        ) from e
 
 
 def load_task(payload: bytes) -> Task | bytes:
