@@ -29,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from marin_dagster import fs
 from marin_dagster.execution.instance import DEFAULT_HOME, DagsterHomeError, ensure_home
 
 logger = logging.getLogger(__name__)
@@ -612,6 +613,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("marin_dagster").setLevel(
         logging.INFO if args.command != "sql" or args.serve else logging.WARNING
     )
+    # gcsfs logs each retry's traceback, and a bucket-type probe that fails on an emulator;
+    # an error that ends a command is reported below, once, with what to do.
+    logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
     if args.command == "init":
         try:
             home = ensure_home(args.home)
@@ -631,6 +635,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[args.command](args)
     except LocationError as e:
         sys.stderr.write(f"marin {args.command}: {e}\n")
+        return 2
+    except Exception as e:
+        if not fs.unreachable(e):
+            raise
+        # A storage server that does not answer: gcsfs's retries end in 30 frames of aiohttp.
+        prefix = getattr(args, "prefix", None) or os.environ.get("MARIN_PREFIX") or "./data"
+        sys.stderr.write(
+            f"marin {args.command}: cannot reach the storage of {prefix}: {type(e).__name__}: "
+            f"{e}; check that it is up and reachable (STORAGE_EMULATOR_HOST for an emulator, "
+            "the network, credentials), then run it again\n"
+        )
         return 2
 
 

@@ -239,3 +239,15 @@ def file_checksum(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether `error` is storage that could not be reached (its server or emulator down, no
+    network), not a problem with a file: the fix is the connection, not the data."""
+    if isinstance(error, ConnectionError | TimeoutError):
+        return True
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - gcsfs brings it
+        return False
+    return isinstance(error, aiohttp.ClientConnectionError)

@@ -376,7 +376,12 @@ def resolve_views(
             dataset = resolve_dataset(prefix, entry)
             view = dataset or _no_view(prefix, entry)
         except (ValueError, OSError) as e:
-            reason = f"{e}; fix or remove that file, or rematerialize {entry.name}"
+            reason = (
+                f"cannot reach the storage ({type(e).__name__}: {e}); check that it is up and "
+                "reachable, then query again"
+                if fs.unreachable(e)
+                else f"{e}; fix or remove that file, or rematerialize {entry.name}"
+            )
             logger.warning(f"ducky: no view {entry.name!r}: {reason}")
             view = Unavailable(entry.name, reason)
         out.append(view)

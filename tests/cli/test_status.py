@@ -165,3 +165,29 @@ def test_without_history_status_says_why(tmp_path, capsys, monkeypatch):
         assert f"marin status: no Dagster run history: {why}" in err, err
         assert "marin init" in err
     assert os.listdir(empty) == [], "status only reads: it creates no instance"
+
+
+def test_storage_that_does_not_answer_is_said_in_one_line(tmp_path) -> None:
+    """gs:// with its server down: `marin status` printed 50 lines of aiohttp traceback after
+    gcsfs's retries (about 35 s here)."""
+    import socket
+    import subprocess
+
+    from tests.conftest import subprocess_env
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    marin = os.path.join(os.path.dirname(sys.executable), "marin")
+    done = subprocess.run(
+        [marin, "status", "--prefix", "gs://nowhere/data"],
+        env=subprocess_env(
+            STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{port}", DAGSTER_HOME=str(tmp_path)
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "marin status: cannot reach the storage of gs://nowhere/data" in done.stderr
+    assert "STORAGE_EMULATOR_HOST" in done.stderr and "Traceback" not in done.stderr, done.stderr
