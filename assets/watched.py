@@ -118,7 +118,8 @@ class FolderCorpusConfig(StepConfig):
     """The text field of the records of `.jsonl` files (other files are one document each)."""
 
 
-def _folder_files(config: FolderCorpusConfig) -> list[str]:
+def _folder_files(config: FolderCorpusConfig, matching: bool = True) -> list[str]:
+    """The files the corpus reads (`matching`), or those its pattern leaves out."""
     import fnmatch
 
     out = []
@@ -126,7 +127,7 @@ def _folder_files(config: FolderCorpusConfig) -> list[str]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in files:
             rel = os.path.relpath(os.path.join(root, name), config.path).replace(os.sep, "/")
-            if not ignored(rel) and fnmatch.fnmatch(rel, config.pattern):
+            if not ignored(rel) and fnmatch.fnmatch(rel, config.pattern) == matching:
                 out.append(rel)
     return sorted(out)
 
@@ -254,7 +255,16 @@ def _run_folder_corpus(
                 f"({', '.join(rels[:5])}{', ...' if len(rels) > 5 else ''}); add text to them"
             )
     step.log.info(f"{documents} documents from {config.path}")
+    left_out = _folder_files(config, matching=False)
+    if left_out:
+        # A .jsonl.gz dropped beside .jsonl files built nothing, and nothing said so.
+        step.log.warning(
+            f"{len(left_out)} file(s) under {config.path} do not match pattern "
+            f"{config.pattern!r} and were not read: {', '.join(left_out[:10])}"
+            f"{', ...' if len(left_out) > 10 else ''}"
+        )
     return {
+        "left_out_files": dg.MetadataValue.json(left_out[:100]),
         "documents": documents,
         "text_bytes": text_bytes,
         "content_hash": content_hash(digests),

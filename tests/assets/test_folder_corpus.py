@@ -4,6 +4,7 @@ build (skipped, with what follows, naming why); files with no text fail at the s
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import dagster as dg
@@ -94,6 +95,33 @@ def test_a_folder_with_files_still_succeeds(tmp_path):
     result, output = _materialize(str(inbox), str(tmp_path / "data"))
     assert result.success
     assert read_status(output).status == StepStatus.SUCCESS
+
+
+def test_files_the_pattern_leaves_out_are_named(tmp_path):
+    """The inbox reads *.jsonl: a .jsonl.gz, a .JSONL and an .ndjson dropped beside them were
+    left out, and nothing said so."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "a.jsonl").write_text('{"text": "one"}\n')
+    for name in ("b.jsonl.gz", "c.JSONL", "d.ndjson"):
+        (inbox / name).write_bytes(b"x")
+    (inbox / ".hidden.jsonl").write_text("editor state")
+    inbox_asset = watched_folder("raw/inbox", str(inbox))
+    corpus = folder_corpus("raw/inbox_corpus", source=inbox_asset, pattern="*.jsonl")
+    storage = StorageResource(prefix=str(tmp_path / "data"))
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([corpus], instance=instance, resources={"storage": storage})
+        warnings = [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.level == logging.WARNING and "do not match" in e.user_message
+        ]
+    assert warnings == [
+        f"3 file(s) under {inbox} do not match pattern '*.jsonl' and were not read: "
+        "b.jsonl.gz, c.JSONL, d.ndjson"
+    ]
+    meta = result.asset_materializations_for_node(corpus.op.name)[0].metadata
+    assert meta["left_out_files"].value == ["b.jsonl.gz", "c.JSONL", "d.ndjson"]
 
 
 @pytest.mark.parametrize("files", [{"empty.jsonl": b""}, {"a.txt": b"  \n", "b.jsonl": b"\n\n"}])
