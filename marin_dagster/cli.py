@@ -206,6 +206,9 @@ INTERRUPTED = "interrupted"
 OUTDATED = "outdated"
 # A step whose source holds nothing now (an empty inbox): a run skips it and what follows.
 NOTHING_TO_BUILD = "nothing to build"
+# A SUCCESS output whose own inputs are as built, after a step that is outdated: a run
+# rebuilds that step, and this one too if the step's output comes out different.
+UPSTREAM_OUTDATED = "upstream outdated"
 
 
 def _running_state(path: str) -> str:
@@ -234,7 +237,8 @@ def status_rows(
 
     columns = ["asset", "version", "status", "output", "size", "last materialization"]
     rows = []
-    for step in _steps() if steps is None else steps:
+    steps = _steps() if steps is None else steps
+    for step in steps:
         if step.kind == "watched_folder":
             path, state, size = step.config.path, "watched", None
         else:
@@ -259,6 +263,16 @@ def status_rows(
                     size = sum(f["size"] for f in manifest.get("files", {}).values())
         last = "-" if instance is None else _last_materialization(instance, step, path)
         rows.append([step.name, step.version, state, path, _human_bytes(size), last])
+    # Outdated passes down (steps come upstream first): the tokenizer after an outdated dedup
+    # showed SUCCESS, as if nothing after the new files would change.
+    by_name = {row[0]: row for row in rows}
+    for step in steps:
+        row = by_name[step.name]
+        if row[2] == StepStatus.SUCCESS.value and any(
+            by_name.get(up.name, [None, None, None])[2] in (OUTDATED, UPSTREAM_OUTDATED)
+            for up in step.upstream.values()
+        ):
+            row[2] = UPSTREAM_OUTDATED
     return columns, rows
 
 
@@ -288,6 +302,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"marin status: {OUTDATED}: SUCCESS, built from inputs that changed since (an "
             "input rebuilt with other data, a watched folder's files). Materializing the asset "
             "rebuilds it\n"
+        )
+    if any(row[2] == UPSTREAM_OUTDATED for row in rows):
+        sys.stderr.write(
+            f"marin status: {UPSTREAM_OUTDATED}: SUCCESS, after a step that is outdated; a run "
+            "rebuilds that step, and this one too if its output comes out different\n"
         )
     by_name = {s.name: s for s in steps}
     for row in rows:
