@@ -45,6 +45,7 @@ from typing import IO, Any
 
 from marin_dagster import fs
 from marin_dagster.datasets.digests import cache_dir, file_sha256
+from marin_dagster.words import a_type
 from marin_dagster.zephyr.readers import (
     Cursor,
     InputError,
@@ -1138,7 +1139,7 @@ def check_text_field(
                 if not isinstance(record, dict):
                     raise SourceError(
                         source,
-                        f"{where} is a {type(record).__name__}, not an object with fields; "
+                        f"{where} is {a_type(record)}, not an object with fields; "
                         "each record must be an object with a text field",
                     )
                 # Records before this one had the field: this record is the one to fix, and

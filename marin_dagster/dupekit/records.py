@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin_dagster import fs
+from marin_dagster.words import a_type
 from marin_dagster.zephyr.readers import Cursor, detect_format, iter_file_records
 
 _INT_OFFSET = 1 << 63
@@ -181,7 +182,7 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
                 f"{where}: field {text_key!r} is null: give that record its text or remove it"
             )
         if not isinstance(text, str):
-            what = "has no" if text is None else f"has a {type(text).__name__} in its"
+            what = "has no" if text is None else f"has {a_type(text)} in its"
             fix = (  # the records before it have the field: this one is to fix
                 "give that record its text or remove it"
                 if index
@@ -195,7 +196,7 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
             record = {**record, id_key: doc_id}
         elif isinstance(doc_id, bool) or not isinstance(doc_id, int | str):
             raise ValueError(
-                f"{where}: field {id_key!r} is a {type(doc_id).__name__} "
+                f"{where}: field {id_key!r} is {a_type(doc_id)} "
                 f"({doc_id!r}); ids must be strings or integers"
             )
         yield SourceDoc(

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from marin_dagster import fs
+from marin_dagster.words import a_type
 from marin_dagster.zephyr.readers import compression_of
 
 PARQUET_ROWS = 65536
@@ -164,7 +165,7 @@ def write_csv(path: str, stream: Iterator[Any], batches: bool = False) -> WriteR
         for rec in _records(stream, batches):
             if not isinstance(rec, dict):
                 raise TypeError(
-                    f"write_csv {path}: record {n} is a {type(rec).__name__}, not a "
+                    f"write_csv {path}: record {n} is {a_type(rec)}, not a "
                     "dict; map records to dicts before writing CSV"
                 )
             if writer is None:

@@ -222,6 +222,7 @@ def test_paragraph_dedup(local_ctx, tmp_path):
         ('{"id": 1, "body": "x"}', "record 1 has no 'text' field; give that record its text"),
         ('{"id": 1, "text": null}', "record 1: field 'text' is null: give that record its text"),
         ('{"id": 1.5, "text": "x"}', "field 'id' is a float"),
+        ('{"id": 1, "text": 7}', "record 1 has an int in its 'text' field"),
         ("[1, 2]", "record 1 is a JSON list"),
         ('{"id": 1, "text": ', "line 2: invalid JSON"),
     ],
