@@ -452,6 +452,11 @@ def _first_invalid_utf8_line(path: str) -> tuple[int, int] | None:
     return None
 
 
+# Arrow parses a CSV a block at a time, and a record must fit in one: its default of 1 MiB
+# refused a document of a few MB ("straddling object straddles two block boundaries").
+CSV_BLOCK = 16 << 20
+
+
 def _csv_error(path: str, e: Exception) -> InputError:
     """The error for a CSV file Arrow refuses; invalid UTF-8 anywhere is named first, by line."""
     where = _first_invalid_utf8_line(path)
@@ -460,6 +465,11 @@ def _csv_error(path: str, e: Exception) -> InputError:
             f"{path}: line {where[0]}: invalid UTF-8 at byte {where[1]} of the "
             "line; CSV files must be UTF-8: re-encode the file (e.g. from "
             "Latin-1) or fix that line"
+        )
+    if "straddl" in str(e):  # Arrow's advice, "increase block size", is no setting of ours
+        return InputError(
+            f"{path}: a CSV record too long for Arrow's reader (blocks of {CSV_BLOCK >> 20} "
+            "MiB); write such documents as JSON lines (.jsonl), which have no such limit"
         )
     return InputError(f"{path}: cannot read CSV: {e}")
 
@@ -493,7 +503,14 @@ def iter_csv_batches(
         )
     with open_input(path) as f:
         try:
-            reader = pacsv.open_csv(f, convert_options=convert)
+            reader = pacsv.open_csv(
+                f,
+                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
+                # A quoted value may hold newlines (a document's paragraphs): without this, one
+                # that crossed a block boundary was cut there ("Expected 2 columns, got 1").
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                convert_options=convert,
+            )
         except pa.ArrowInvalid as e:
             if "Empty CSV file" in str(e):
                 return
