@@ -43,7 +43,7 @@ def count_words(config: WordCountConfig) -> None:
     counts: collections.Counter[str] = collections.Counter()
     documents = 0
     for path in dataset_files(config.input_path):
-        for _, record in read_records(path):
+        for _, _, record in read_records(path):
             if isinstance(record, dict) and isinstance(record.get("text"), str):
                 documents += 1
                 words = re.findall(r"[a-z']+", record["text"].lower())

@@ -24,18 +24,25 @@ from marin_dagster.zephyr.readers import detect_format, iter_file_records, open_
 class BadRecordError(ValueError):
     """An input record that cannot become a document."""
 
-    def __init__(self, source: str, record_index: int, reason: str) -> None:
+    def __init__(
+        self, source: str, record_index: int, reason: str, line: int | None = None
+    ) -> None:
         self.source = source
         self.record_index = record_index
         self.reason = reason
+        self.line = line
+        # As dedup names a record: its line where it has one, then its index among records.
+        where = (
+            f"line {line}: record {record_index}" if line is not None else f"record {record_index}"
+        )
         super().__init__(
-            f"{source}: record {record_index} (line {record_index + 1} for JSONL): {reason}. "
+            f"{source}: {where}: {reason}. "
             "Fix the input, or set skip_bad_records=True to skip such records and count them."
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Raised in workers and sent back to the driver: pickle the fields, not the message.
-        return (BadRecordError, (self.source, self.record_index, self.reason))
+        return (BadRecordError, (self.source, self.record_index, self.reason, self.line))
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,10 @@ class RecordCounts:
     bad: int = 0
 
 
-def read_records(path: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord | Any]]:
-    """``(record_index, record)`` for each record; unreadable ones as BadRecord.
+def read_records(path: str) -> Iterator[tuple[int, int | None, dict[str, Any] | BadRecord | Any]]:
+    """``(record_index, line, record)`` for each record (`line`: the 1-based line of a JSONL
+    record, whose blank lines are no records; None for Parquet and CSV); unreadable ones as
+    BadRecord.
 
     Files open through Zephyr's reader (``open_input``, one place that knows
     compression), so a truncated or corrupt file raises zephyr's InputError
@@ -78,24 +87,27 @@ def read_records(path: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord | 
     if fmt != "jsonl":
         # Parquet and CSV rows come whole or the file is unreadable (InputError): no line
         # of theirs is a bad record on its own.
-        yield from enumerate(iter_file_records(path, fmt, csv_as_text=True))
+        for index, record in enumerate(iter_file_records(path, fmt, csv_as_text=True)):
+            yield index, None, record
         return
+    index = 0
     with open_input(path) as f:
-        for index, raw in enumerate(f):
+        for number, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                yield index, BadRecord(f"invalid UTF-8 at byte {e.start} of the line ({e.reason})")
-                continue
-            try:
-                yield index, json.loads(line)
-            except json.JSONDecodeError as e:
-                yield (
-                    index,
-                    BadRecord(f"not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno})"),
-                )
+                record: Any = BadRecord(f"invalid UTF-8 at byte {e.start} of the line ({e.reason})")
+            else:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    record = BadRecord(
+                        f"not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno})"
+                    )
+            yield index, number, record
+            index += 1
 
 
 def document_id(record: dict[str, Any], id_key: str | None, text: str) -> str:
@@ -106,7 +118,7 @@ def document_id(record: dict[str, Any], id_key: str | None, text: str) -> str:
 
 
 def iter_documents(
-    records: Iterable[tuple[int, Any]],
+    records: Iterable[tuple[int, int | None, Any]],
     source: str,
     text_key: str = "text",
     id_key: str | None = "id",
@@ -124,7 +136,7 @@ def iter_documents(
     if limit is not None and limit <= 0:
         return
     produced = 0
-    for index, record in records:
+    for index, line, record in records:
         counts.records += 1
         reason = None
         text = None
@@ -153,7 +165,7 @@ def iter_documents(
                 )
         if reason is not None:
             if not skip_bad_records:
-                raise BadRecordError(source, index, reason)
+                raise BadRecordError(source, index, reason, line)
             counts.bad += 1
             continue
         if not text:

@@ -371,7 +371,7 @@ def test_a_broken_line_in_a_fetched_file_names_the_original_to_fix(tmp_path):
             StorageResource(prefix=prefix).output_path("tokenizers/notes", _version(tok))
         )
         for failure in (message, record.error):
-            assert f"{copy}: record 150 (line 151 for JSONL)" in failure
+            assert f"{copy}: line 151: record 150: " in failure
             assert note in failure and "new version" in failure
         assert read_status(os.path.dirname(copy)).status == StepStatus.SUCCESS
 

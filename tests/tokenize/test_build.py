@@ -206,6 +206,7 @@ def test_bad_records_fail_with_file_index_and_reason(tmp_path, bpe_dir, kind):
         for rec in [
             json.dumps({"id": "a", "text": "hello there"}),
             json.dumps({"id": "e", "text": ""}),
+            b"",
             line,
             json.dumps({"id": "c", "text": "good night"}),
         ]:
@@ -214,7 +215,9 @@ def test_bad_records_fail_with_file_index_and_reason(tmp_path, bpe_dir, kind):
     with pytest.raises(BadRecordError, match=pattern) as e:
         build_token_cache([path], bpe_dir, str(tmp_path / "c"))
     assert e.value.source == path and e.value.record_index == 2
-    assert f"{path}: record 2 (line 3" in str(e.value) and "skip_bad_records=True" in str(e.value)
+    # named as dedup names it: a blank line is no record (it said "record 3 (line 4 for
+    # JSONL)" where dedup said "line 4: record 2")
+    assert f"{path}: line 4: record 2: " in str(e.value) and "skip_bad_records" in str(e.value)
 
     stats = build_token_cache([path], bpe_dir, str(tmp_path / "c"), skip_bad_records=True)
     assert (stats.num_bad, stats.num_empty, stats.num_records) == (1, 1, 4)

@@ -244,7 +244,7 @@ def test_a_utf8_byte_order_mark_is_not_a_broken_first_line(local_ctx, tmp_path, 
     path.write_bytes(gzip.compress(raw) if ext.endswith(".gz") else raw)
     loaded = local_ctx.execute(Dataset.from_files(str(path)).load_file()).results
     assert loaded == rows
-    assert [r for _, r in read_records(str(path))] == rows
+    assert [r for _, _, r in read_records(str(path))] == rows
     if ext == ".jsonl":  # a stream with no peek (fsspec's memory files), read past it too
         from marin_dagster import fs
 
