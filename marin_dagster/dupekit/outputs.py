@@ -7,7 +7,7 @@ beside its marks and written as
 
 - `documents/{relative path}`: the records kept (document modes) or with
   their duplicate paragraphs cut out (paragraph mode), fields unchanged, in the
-  input file's format (JSON lines, Parquet or CSV);
+  input file's format (JSON lines, Parquet with the input's own schema, or CSV);
 - `attributes/{relative path, as .jsonl.gz}`: one record per input record,
   same order (`a.csv` and `a.jsonl` side by side keep their whole names:
   `a.csv.jsonl.gz`, `a.jsonl.jsonl.gz`).
@@ -25,11 +25,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from marin_dagster import fs
 from marin_dagster.dupekit.records import SourceFile, iter_docs, key_id
 from marin_dagster.zephyr import counters
 from marin_dagster.zephyr.readers import iter_jsonl
-from marin_dagster.zephyr.writers import write_csv, write_jsonl, write_parquet
+from marin_dagster.zephyr.writers import (
+    SchemaConflictError,
+    write_csv,
+    write_jsonl,
+    write_parquet,
+)
 
 
 def attributes_name(relative: str) -> str:
@@ -62,6 +70,16 @@ def attributes_names(relatives: Sequence[str]) -> dict[str, str]:
 
 
 _WRITERS = {"jsonl": write_jsonl, "parquet": write_parquet, "csv": write_csv}
+
+
+def _parquet_schema(source: SourceFile, id_key: str) -> pa.Schema:
+    """The input file's own schema (its types and metadata: int32 stays int32, a dictionary
+    column a dictionary), with a string id column where the file has none (generated ids)."""
+    with fs.open_read(source.path) as f:
+        schema = pq.read_schema(f)
+    if id_key not in schema.names:
+        schema = schema.append(pa.field(id_key, pa.string()))
+    return schema
 
 
 def marks_path(marks_dir: str, file_index: int) -> str:
@@ -126,6 +144,21 @@ class WriteOutputs:
     """Input file (relative path) -> its attributes file (`attributes_names`)."""
 
     def __call__(self, source: SourceFile) -> dict[str, Any]:
+        schema = _parquet_schema(source, self.id_key) if source.format == "parquet" else None
+        try:
+            return self._write(source, schema)
+        except SchemaConflictError:
+            if schema is None:
+                raise
+            # An id generated for a record without one, in an integer id column: that
+            # file's ids are written as strings, the other columns as they were.
+            index = schema.get_field_index(self.id_key)
+            text_ids = schema.set(index, pa.field(self.id_key, pa.string()))
+            return self._write(source, text_ids, ids_as_text=True)
+
+    def _write(
+        self, source: SourceFile, schema: pa.Schema | None, ids_as_text: bool = False
+    ) -> dict[str, Any]:
         counts = {
             "documents": 0,
             "duplicates": 0,
@@ -160,6 +193,8 @@ class WriteOutputs:
                     record, attrs = self._document(doc.record, doc.doc_id, mine, counts)
                 attributes.write(line(attrs))
                 if record is not None:
+                    if ids_as_text and not isinstance(record.get(self.id_key), str):
+                        record = {**record, self.id_key: str(record[self.id_key])}
                     yield record
 
         # Both files stream side by side; each appears only once complete.
@@ -169,7 +204,10 @@ class WriteOutputs:
                 filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0
             ) as attributes,
         ):
-            kept = _WRITERS[source.format](documents_path, docs(attributes))
+            if source.format == "parquet":
+                kept = write_parquet(documents_path, docs(attributes), schema=schema)
+            else:
+                kept = _WRITERS[source.format](documents_path, docs(attributes))
             if pending is not None:
                 raise ValueError(
                     f"{source.path}: marks name record {pending[0]}, which the file "

@@ -169,3 +169,43 @@ def test_an_input_compressed_as_bz2_or_xz_is_written_back_so(tmp_path, suffix):
     with open(documents, "rb") as f:
         kept = [json.loads(line) for line in decompress(f.read()).splitlines()]
     assert [d["id"] for d in kept] == [d["id"] for d in docs if d["id"] != "x05"]
+
+
+def test_a_parquet_file_is_written_back_with_its_own_schema(tmp_path):
+    """The kept rows were written with inferred types: int32 became int64, float32 double,
+    timestamp[ms] timestamp[us], a dictionary column string, and the metadata was lost."""
+    import datetime
+
+    schema = pa.schema(
+        [
+            ("id", pa.int32()),
+            ("text", pa.string()),
+            ("score", pa.float32()),
+            ("at", pa.timestamp("ms")),
+            ("lang", pa.dictionary(pa.int8(), pa.string())),
+        ],
+        metadata={b"origin": b"crawl-7"},
+    )
+    day = datetime.datetime(2020, 1, 1)
+    rows = [
+        {"id": i, "text": t, "score": 0.5, "at": day, "lang": "en"}
+        for i, t in enumerate(["one text", "two text", "one text"])
+    ]
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "p.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    result = deduplicate(str(path), str(tmp_path / "out"), DedupConfig(mode="exact"))
+    [documents] = result.documents
+    kept = pq.read_table(documents)
+    assert kept.schema.equals(schema, check_metadata=True), kept.schema
+    assert kept.column("id").to_pylist() == [0, 1]
+
+    # A record without an id gets a generated (string) one, which an integer id column
+    # cannot hold: that file's ids become strings, the other columns keep their types (it
+    # failed before, "field 'id' of record 1 is str").
+    rows[1]["id"] = None
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    result = deduplicate(str(path), str(tmp_path / "out2"), DedupConfig(mode="exact"))
+    kept = pq.read_table(result.documents[0])
+    assert kept.column("id").to_pylist() == ["0", "p.parquet#1"]
+    assert kept.schema.field("score").type == pa.float32()
