@@ -61,7 +61,7 @@ FORMATS = ("jsonl", "parquet", "csv")
 _FORMAT_SUFFIXES = {
     "jsonl": (".jsonl", ".ndjson", ".json"),
     "parquet": (".parquet",),
-    "csv": (".csv",),
+    "csv": (".csv", ".tsv"),
 }
 _COMPRESSED = (".gz", ".zst", ".zstd", ".bz2", ".xz")
 _CHUNK = 8 << 20

@@ -75,7 +75,7 @@ _SUFFIXES = {
         ".ndjson.zst",
     ),
     PARQUET: (".parquet",),
-    CSV: (".csv", ".csv.gz", ".csv.zst", ".tsv"),
+    CSV: (".csv", ".csv.gz", ".csv.zst", ".tsv", ".tsv.gz", ".tsv.zst"),
 }
 _VERSION = re.compile(r"^[0-9a-f]{8}$")
 

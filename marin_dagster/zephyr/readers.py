@@ -474,11 +474,19 @@ def _csv_error(path: str, e: Exception) -> InputError:
     return InputError(f"{path}: cannot read CSV: {e}")
 
 
+def csv_delimiter(path: str) -> str:
+    """A tab for `.tsv` (plain or compressed), else a comma."""
+    name = path.lower()
+    for suffix in (".gz", ".zst", ".zstd", ".bz2", ".xz"):
+        name = name.removesuffix(suffix)
+    return "\t" if name.endswith(".tsv") else ","
+
+
 def _csv_header(path: str) -> list[str] | None:
     with open_input(path) as f:
         text = io.TextIOWrapper(f, encoding="utf-8", newline="")
         try:
-            return next(csv.reader(text), None)
+            return next(csv.reader(text, delimiter=csv_delimiter(path)), None)
         except (UnicodeDecodeError, csv.Error) as e:
             raise _csv_error(path, e) from None
 
@@ -508,7 +516,9 @@ def iter_csv_batches(
                 read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
                 # A quoted value may hold newlines (a document's paragraphs): without this, one
                 # that crossed a block boundary was cut there ("Expected 2 columns, got 1").
-                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                parse_options=pacsv.ParseOptions(
+                    delimiter=csv_delimiter(path), newlines_in_values=True
+                ),
                 convert_options=convert,
             )
         except pa.ArrowInvalid as e:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from marin_dagster import fs
 from marin_dagster.words import a_type
-from marin_dagster.zephyr.readers import compression_of
+from marin_dagster.zephyr.readers import compression_of, csv_delimiter
 
 PARQUET_ROWS = 65536
 PARQUET_BUFFER_BYTES = 32 << 20
@@ -169,7 +169,7 @@ def write_csv(path: str, stream: Iterator[Any], batches: bool = False) -> WriteR
                     "dict; map records to dicts before writing CSV"
                 )
             if writer is None:
-                writer = csv.DictWriter(text, fieldnames=list(rec))
+                writer = csv.DictWriter(text, fieldnames=list(rec), delimiter=csv_delimiter(path))
                 writer.writeheader()
             extra = set(rec) - set(writer.fieldnames)
             if extra:

@@ -448,16 +448,20 @@ def test_an_empty_split_is_reported_when_tokenizing(tmp_path, validation, empty,
     assert "validation=" in warnings[0]
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "tsv"])
 def test_parquet_and_csv_datasets_go_through_dedup_and_tokenize(tmp_path, fmt):
-    """Every format `dataset` fetches is one the steps after it read."""
+    """Every format `dataset` fetches is one the steps after it read (a .tsv was refused)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pylist([{"id": f"d{i}", "text": t} for i, t in enumerate(TEXTS * 2)])
     src = tmp_path / f"notes.{fmt}"
-    (pq.write_table if fmt == "parquet" else pacsv.write_csv)(table, str(src))
+    if fmt == "parquet":
+        pq.write_table(table, str(src))
+    else:
+        options = pacsv.WriteOptions(delimiter="\t" if fmt == "tsv" else ",")
+        pacsv.write_csv(table, str(src), write_options=options)
     raw = dataset("raw/notes", str(src))
     clean = deduplicated("dedup/notes", source=raw, mode="exact")
     tok = tokenizer("tokenizers/notes", source=clean, vocab_size=300)

@@ -209,3 +209,21 @@ def test_a_parquet_file_is_written_back_with_its_own_schema(tmp_path):
     kept = pq.read_table(result.documents[0])
     assert kept.column("id").to_pylist() == ["0", "p.parquet#1"]
     assert kept.schema.field("score").type == pa.float32()
+
+
+def test_a_tsv_file_is_read_and_written_back_with_tabs(tmp_path):
+    """A .tsv was read as comma-separated ("Expected 1 columns, got 2"), though the SQL
+    views list it as CSV."""
+    from marin_dagster.zephyr import Dataset, ZephyrContext
+
+    body = "id\ttext\n1\tone, with a comma\n2\ttwo\n3\tone, with a comma\n"
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "t.tsv"
+    path.write_text(body)
+    with ZephyrContext(max_workers=1, backend="inline") as ctx:
+        rows = ctx.execute(Dataset.from_files(str(path)).load_file()).results
+    assert [r["text"] for r in rows] == ["one, with a comma", "two", "one, with a comma"]
+    result = deduplicate(str(path), str(tmp_path / "out"), DedupConfig(mode="exact"))
+    [documents] = result.documents
+    with open(documents, newline="") as f:
+        assert f.read().replace("\r\n", "\n") == "".join(body.splitlines(keepends=True)[:3])
