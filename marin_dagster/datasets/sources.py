@@ -49,6 +49,7 @@ from marin_dagster.words import a_type
 from marin_dagster.zephyr.readers import (
     Cursor,
     InputError,
+    csv_header,
     iter_file_records,
     iter_jsonl,
     open_input,
@@ -1170,6 +1171,17 @@ def check_text_field(
                     )
             if len(bad) > good:
                 raise bad[0]
+            if fmt == "csv" and good == 0:
+                header = csv_header(path)
+                if header and text_key not in header:
+                    # A file of one line: the line became the header, and no record was read.
+                    raise SourceError(
+                        source,
+                        f"{path}: its first line, {','.join(header)[:80]!r}, is read as the "
+                        f"names of its columns and names no {text_key!r}, and no record "
+                        "follows it: a CSV starts with a line naming its columns; add one, or "
+                        "pass text_key=<the column holding the text>",
+                    )
         except InputError as e:
             raise SourceError(
                 source, f"{e} (if the file is in another format, pass format=...)"

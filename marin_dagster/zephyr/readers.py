@@ -482,7 +482,8 @@ def csv_delimiter(path: str) -> str:
     return "\t" if name.endswith(".tsv") else ","
 
 
-def _csv_header(path: str) -> list[str] | None:
+def csv_header(path: str) -> list[str] | None:
+    """The names a CSV's first line gives its columns, or None for an empty file."""
     with open_input(path) as f:
         text = io.TextIOWrapper(f, encoding="utf-8", newline="")
         try:
@@ -499,7 +500,7 @@ def iter_csv_batches(
     "NA" into null and "true" into True."""
     convert = pacsv.ConvertOptions(include_columns=columns) if columns else None
     if as_text:
-        header = _csv_header(path)
+        header = csv_header(path)
         if not header:
             return
         convert = pacsv.ConvertOptions(

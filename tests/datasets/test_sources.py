@@ -76,6 +76,21 @@ def _fetch_all(source: str, out: str, **kw) -> tuple[list[str], object]:
 # -- local --------------------------------------------------------------------
 
 
+def test_a_csv_of_one_line_is_named_not_read_as_no_records(tmp_path):
+    """A CSV with no header line: its one row became the header, and the file gave no
+    records, with no word."""
+    path = tmp_path / "nohdr.csv"
+    path.write_text("5,no header row\n")
+    with pytest.raises(SourceError) as err:
+        check_text_field([str(path)], "text", source=str(path))
+    message = str(err.value)
+    assert "its first line, '5,no header row', is read as the names of its columns" in message
+    assert "add one, or pass text_key=" in message
+    # a header alone, naming the column, is an empty file: no error of its own
+    path.write_text("id,text\n")
+    assert check_text_field([str(path)], "text", source=str(path), allow_empty=True).records == 0
+
+
 def test_local_file_folder_and_glob_in_every_format(tmp_path):
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
