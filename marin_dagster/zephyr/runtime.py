@@ -119,7 +119,14 @@ class _Counted:
 
 
 def _tracked(items: Iterable[Any], cursor: Cursor) -> Iterator[Any]:
-    # Set before each item is made, so that an error making it (a reducer's) names it too.
+    for i, x in enumerate(items):
+        cursor.position = i
+        yield x
+
+
+def _tracked_ahead(items: Iterable[Any], cursor: Cursor) -> Iterator[Any]:
+    """As `_tracked`, the position set before each item is made, so that an error making it
+    (a reducer's) names it too: dearer per item, for groups, not records."""
     it = iter(items)
     for i in itertools.count():
         cursor.position = i
@@ -203,7 +210,7 @@ def _source(
                 scratch,
                 chunk_bytes=chunk_bytes_for(memory_budget),
             )
-            return _tracked(reduce_groups(entries, inp.op.reducer_fn), cursor), False
+            return _tracked_ahead(reduce_groups(entries, inp.op.reducer_fn), cursor), False
         entries = merge_runs(inp.runs, False, scratch, chunk_bytes=chunk_bytes_for(memory_budget))
         return _tracked(shuffled_records(entries), cursor), False
     raise TypeError(f"unknown task input {type(inp).__name__}")
