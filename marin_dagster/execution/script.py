@@ -12,11 +12,16 @@ import sys
 _OWN = ("assets.", "marin_dagster.")
 
 
+def _ours(module: str) -> bool:
+    # The shipped experiment files are experiment files like a user's.
+    return module.startswith(_OWN) and not module.startswith("assets.experiments.")
+
+
 def refuse_import_time_run(what: str) -> None:
     """Raise when the first caller outside this project runs at the top level of a module
     being imported (not the script Python runs, a notebook cell or a function)."""
     frame = sys._getframe(1)
-    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith(_OWN):
+    while frame is not None and _ours(str(frame.f_globals.get("__name__", ""))):
         frame = frame.f_back
     if frame is None or frame.f_code.co_name != "<module>":
         return
