@@ -257,7 +257,7 @@ def read_zephyr_batches(path: str) -> list:
     return [r for b in iter_file_batches(path, "auto") for r in b.to_pylist()]
 
 
-def read_tokenize(path: str) -> list[tuple[int, object]]:
+def read_tokenize(path: str) -> list[tuple[int, int | None, object]]:
     return list(read_records(path))
 
 
@@ -352,12 +352,13 @@ def run_case(seed: int, tmp_path) -> None:
         if isinstance(ref, Refused):
             check_refusal(got_tok, path, Refused(str(ref)), where + " tokenize")
         else:
-            assert [r for _, r in got_tok] == ref, f"{where} tokenize"
+            assert [r for _, _, r in got_tok] == ref, f"{where} tokenize"
         return
     expected = ref_jsonl_lines(ref_decompress(fmt, data))
     assert not isinstance(got_tok, InputError), f"{where} tokenize: refused: {got_tok}"
-    assert [i + 1 for i, _ in got_tok] == [n for n, _ in expected], f"{where} tokenize lines"
-    for (_, rec), (_, want) in zip(got_tok, expected, strict=True):
+    assert [line for _, line, _ in got_tok] == [n for n, _ in expected], f"{where} tokenize lines"
+    assert [i for i, _, _ in got_tok] == list(range(len(expected))), f"{where} tokenize index"
+    for (_, _, rec), (_, want) in zip(got_tok, expected, strict=True):
         if isinstance(want, Refused):
             assert isinstance(rec, BadRecord), f"{where} tokenize: a bad line read as {rec!r}"
         else:
