@@ -57,12 +57,17 @@ class Cursor:
         return f"item {self.position} of its input" if self.position >= 0 else "its start"
 
 
-def detect_format(path: str) -> str:
+def _uncompressed_name(path: str) -> str:
+    """`path`, lower-cased, without a compression suffix: what says its format."""
     name = path.lower()
     for suffix in (".gz", ".zst", ".zstd", ".bz2", ".xz"):
         if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
+            return name[: -len(suffix)]
+    return name
+
+
+def detect_format(path: str) -> str:
+    name = _uncompressed_name(path)
     if name.endswith((".jsonl", ".json", ".ndjson")):
         return "jsonl"
     if name.endswith((".parquet", ".pq")):
@@ -476,10 +481,7 @@ def _csv_error(path: str, e: Exception) -> InputError:
 
 def csv_delimiter(path: str) -> str:
     """A tab for `.tsv` (plain or compressed), else a comma."""
-    name = path.lower()
-    for suffix in (".gz", ".zst", ".zstd", ".bz2", ".xz"):
-        name = name.removesuffix(suffix)
-    return "\t" if name.endswith(".tsv") else ","
+    return "\t" if _uncompressed_name(path).endswith(".tsv") else ","
 
 
 def csv_header(path: str) -> list[str] | None:
