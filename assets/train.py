@@ -18,7 +18,6 @@ from marin_dagster.execution.asset import (
     defining,
     step_for,
     steps_by_name,
-    unknown_keyword,
     versioned_asset,
 )
 from marin_dagster.execution.version import StepConfig, added_later
@@ -35,6 +34,7 @@ from marin_dagster.tokenize.tokenizer import (
     token_byte_lengths,
     vocab_size,
 )
+from marin_dagster.words import unknown_keyword
 
 
 def _tokenizer_of(factory: str, name: str, asset: dg.AssetsDefinition) -> Step:

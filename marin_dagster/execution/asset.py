@@ -10,7 +10,6 @@ status handling around `run`.
 
 import contextlib
 import dataclasses
-import difflib
 import logging
 import re
 import shlex
@@ -29,6 +28,7 @@ from marin_dagster.execution.tags import FORCE_TAG, check_run_tags
 from marin_dagster.execution.version import StepConfig, compute_version
 from marin_dagster.iris import ResourceConfig, iris_placement_metadata
 from marin_dagster.settings import parse_bool
+from marin_dagster.words import unknown_keyword
 
 # The step's version: in the asset's metadata, and in its op tags, so that a run's plan
 # records the version its launcher loaded.
@@ -204,13 +204,6 @@ def _config_fields(title: str) -> list[str]:
             return list(cls.model_fields)
         classes.extend(cls.__subclasses__())
     return []
-
-
-def unknown_keyword(keyword: str, keywords: Sequence[str]) -> str:
-    """A misspelt keyword, with its likely fix and the keywords there are."""
-    close = difflib.get_close_matches(keyword, keywords, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown keyword {keyword!r}{hint} (the keywords: {', '.join(keywords)})"
 
 
 def _field_errors(e: pydantic.ValidationError) -> str:

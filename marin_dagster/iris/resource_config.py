@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin_dagster.settings import parse_bool
+from marin_dagster.words import checked_keywords
 
 RESOURCES_TAG = "marin/resources"
 K8S_CONFIG_TAG = "dagster-k8s/config"
@@ -243,6 +244,7 @@ def _fmt_cpu(cpu: float) -> str:
     return str(int(cpu)) if float(cpu).is_integer() else repr(float(cpu))
 
 
+@checked_keywords
 @dataclass(frozen=True)
 class ResourceConfig:
     """What one step needs. `ram`/`disk` accept "16g"-style sizes.

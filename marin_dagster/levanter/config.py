@@ -17,6 +17,7 @@ from marin_dagster.execution.version import ADDED_LATER, UNVERSIONED, versioned_
 from marin_dagster.levanter.data import TrainInputError
 from marin_dagster.levanter.optim import AdamConfig
 from marin_dagster.settings import setting
+from marin_dagster.words import checked_keywords
 
 ComputeDtype = Literal["float32", "bfloat16"]
 COMPUTE_DTYPES = get_args(ComputeDtype)
@@ -35,6 +36,7 @@ Remat = Literal["none", "block", "dots"]
 REMAT_POLICIES = get_args(Remat)
 
 
+@checked_keywords
 @dataclass(frozen=True)
 class LlamaConfig:
     """A Llama decoder. `seq_len` is the longest sequence the model supports (RoPE positions)."""
@@ -156,6 +158,7 @@ NAMED_CONFIGS: dict[str, LlamaConfig] = {
 }
 
 
+@checked_keywords
 @dataclass(frozen=True)
 class TrainLmConfig:
     """What is trained: a `train_lm` step's config. Every field changes the result, and so the
@@ -293,6 +296,7 @@ class TrainLmConfig:
         return cls(**d)
 
 
+@checked_keywords
 @dataclass(frozen=True)
 class TrainerSettings:
     """How a training runs, not what it computes: `LevanterResource` is derived from these."""

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from marin_dagster.words import checked_keywords
+
 if TYPE_CHECKING:
     import jax
     import optax
@@ -22,6 +24,7 @@ _SCHEDULES = ("cosine", "linear", "constant", "inv_sqrt")
 _DECAYED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 
 
+@checked_keywords
 @dataclass(frozen=True)
 class AdamConfig:
     learning_rate: float = 6e-4

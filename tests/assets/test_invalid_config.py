@@ -3,6 +3,8 @@ field, instead of failing at run time after upstream steps ran."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from assets import (
@@ -102,6 +104,29 @@ def test_adam_config_names_a_field_given_as_text():
     for field in ("learning_rate", "weight_decay", "warmup"):
         with pytest.raises(ValueError, match=rf"AdamConfig.{field} must be a number, got str"):
             AdamConfig(**{field: "1e-3"})
+
+
+@pytest.mark.parametrize(
+    ("config", "keyword", "meant"),
+    [
+        ("AdamConfig", "learning_rat", "learning_rate"),
+        ("LlamaConfig", "num_layer", "num_layers"),
+        ("TrainerSettings", "checkpoint_every", "checkpoint_every_steps"),
+        ("ResourceConfig", "replica", "replicas"),
+    ],
+)
+def test_a_config_misspelt_in_an_experiment_file_gets_its_likely_keyword(config, keyword, meant):
+    from marin_dagster.iris import ResourceConfig
+    from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainerSettings
+
+    cls = {c.__name__: c for c in (AdamConfig, LlamaConfig, TrainerSettings, ResourceConfig)}[
+        config
+    ]
+    with pytest.raises(TypeError, match=rf"^{config}: unknown keyword {keyword!r}") as raised:
+        cls(**{keyword: 1})
+    if meant:
+        assert f"did you mean {meant!r}?" in str(raised.value)
+    assert all(f.name in str(raised.value) for f in dataclasses.fields(cls) if f.init)
 
 
 def test_a_pretrained_tokenizer_file_that_is_not_there_is_refused_when_defined():
