@@ -22,7 +22,7 @@ from marin_dagster.execution.asset import (
 )
 from marin_dagster.execution.version import StepConfig, added_later
 from marin_dagster.iris import ResourceConfig
-from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainLmConfig
+from marin_dagster.levanter import AdamConfig, LlamaConfig, TrainInputError, TrainLmConfig
 from marin_dagster.levanter.config import ComputeDtype
 from marin_dagster.markdown import code_block
 from marin_dagster.tokenize import TokenCache
@@ -118,15 +118,19 @@ def _run_train(
         ),
         tokenizer_vocab_size=vocab_size(tok),
     )
-    result = train(
-        train_config,
-        output_path,
-        settings=levanter.settings(),
-        on_metrics=levanter.metrics_logger(step.log),
-        decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
-        log=step.log,
-        token_bytes=token_byte_lengths(tok),
-    )
+    try:
+        result = train(
+            train_config,
+            output_path,
+            settings=levanter.settings(),
+            on_metrics=levanter.metrics_logger(step.log),
+            decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
+            log=step.log,
+            token_bytes=token_byte_lengths(tok),
+        )
+    except TrainInputError as e:
+        _name_caches(e, inputs)
+        raise
     meta: dict[str, Any] = {
         "final_train_loss": round(result.final_train_loss, 4),
         "eval_loss": None if result.eval_loss is None else round(result.eval_loss, 4),
@@ -269,6 +273,14 @@ class EvaluateStepConfig(StepConfig):
     compute_dtype: ComputeDtype = added_later("float32")
     """What the matmuls run in; the checkpoint's parameters are float32 whatever it was
     trained in. Versioned: a bfloat16 loss is not the float32 one."""
+
+
+def _name_caches(e: Exception, inputs: Mapping[str, str]) -> None:
+    """The engine names a training dataset by its token cache's path; the experiment by
+    its asset. Say which asset each path in the message is."""
+    named = [f"{path!r} is the asset {name}" for name, path in inputs.items() if path in str(e)]
+    if named:
+        e.add_note("; ".join(named))
 
 
 def _run_evaluate(

@@ -302,3 +302,33 @@ def test_an_accelerator_asked_for_and_not_there_is_warned_of(tmp_path, downloads
     assert len(warnings) == 1 and "resources='gpu:1'" in warnings[0]
     assert "jax[cuda12]" in warnings[0]
     assert _meta(result, model)["device_kind"] == "cpu"
+
+
+def test_a_dataset_too_small_to_train_on_is_named_by_its_asset(tmp_path, downloads):
+    """The engine names the token cache by path; the failure also names the asset, which is
+    what the experiment file calls it."""
+    from assets import dataset, tokenized, tokenizer
+    from assets.train import train_lm
+
+    src = tmp_path / "notes"
+    src.mkdir()
+    docs = [{"text": f"note {i}: the quick brown fox jumps over the lazy dog."} for i in range(4)]
+    (src / "notes.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    raw = dataset("raw/notes", str(src))
+    tok = tokenizer("tokenizers/notes-bpe", source=raw, vocab_size=300)
+    ds = tokenized("tokenized/notes", source=raw, tokenizer=tok)
+    model = train_lm(
+        "checkpoints/notes", model=TINY, datasets={ds: 1.0}, batch_size=2, num_train_steps=2
+    )
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [raw, tok, ds, model],
+            instance=instance,
+            resources=_resources(str(tmp_path / "data"), downloads),
+            raise_on_error=False,
+        )
+    assert not result.success
+    message = result.failure_data_for_node(model.op.name).error.to_string()
+    assert "fewer than one sequence of seq_len=128" in message
+    cache = fs.join(str(tmp_path / "data"), "tokenized", "notes-")
+    assert f"{cache}" in message and "is the asset tokenized/notes" in message
