@@ -107,6 +107,7 @@ class StepRunner:
         if dry_run:
             # The same decisions as the run below, so the plan shown is the run one gets.
             idle: set[str] = set()  # steps skipped for want of input, and those after them
+            runs: set[str] = set()
             for s in plan:
                 if s.observed:  # a watched folder: read where it is, never written
                     print(f"{'watch':6} {s.name} ({s.kind}) -> {s.config.path}")
@@ -122,12 +123,20 @@ class StepRunner:
                 elif record and record.status == StepStatus.SUCCESS:
                     # a SUCCESS built from inputs that changed since is rebuilt
                     changed = s.changed_inputs(record, storage.output_path)
-                    action = "run" if changed else "skip"
-                    state = f"{state}, inputs changed" if changed else state
+                    # ... and so is one whose input the run rebuilds, when that output
+                    # comes out other than it was (which only the run can tell)
+                    rebuilt = next((up.name for up in s.upstream.values() if up.name in runs), None)
+                    action = "run" if changed or rebuilt else "skip"
+                    if changed:
+                        state = f"{state}, inputs changed"
+                    elif rebuilt:
+                        state = f"{state}; after {rebuilt}, if its new output differs"
                 elif refusal and s.name in failed:
                     action = "refuse"
                 else:
                     action = "run"
+                if action == "run":
+                    runs.add(s.name)
                 print(
                     f"{action:6} {s.name}-{s.version} ({s.kind}, {state}) -> "
                     f"{storage.output_path(s.name, s.version)}"

@@ -288,24 +288,31 @@ def test_the_dry_run_rebuilds_what_an_input_rebuilt_with_other_data_makes_outdat
     tmp_path, monkeypatch, capsys
 ):
     """An input rebuilt at its version with other data (forced, a watched folder's files):
-    the step after it is rebuilt by the run, so the dry run says `run`, not `skip`."""
+    the step after it is rebuilt by the run, so the dry run says `run`, not `skip`; and so
+    are the steps after that one, whose input the run rebuilds (they said `skip`, and the
+    run then retrained a model)."""
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     a = ExecutorStep("t/a", noop, Cfg(this_output_path(), versioned(1)))
     b = ExecutorStep(
         "t/b", noop, Cfg(this_output_path(), versioned(1), inputs=(output_path_of(a),))
     )
+    c = ExecutorStep(
+        "t/c", noop, Cfg(this_output_path(), versioned(1), inputs=(output_path_of(b),))
+    )
     prefix = ["--prefix", str(tmp_path / "data")]
-    executor_main(steps=[b], argv=prefix)
+    executor_main(steps=[c], argv=prefix)
     capsys.readouterr()
-    va, vb = step_for(lower(a)).version, step_for(lower(b)).version
+    va, vb, vc = (step_for(lower(s)).version for s in (a, b, c))
     a_out = str(tmp_path / "data" / f"t/a-{va}")
     write_status(a_out, dataclasses.replace(read_status(a_out), data_version="other data"))
 
-    assert executor_main(steps=[b], argv=[*prefix, "--dry_run"]) is None
+    assert executor_main(steps=[c], argv=[*prefix, "--dry_run"]) is None
     assert capsys.readouterr().out.splitlines() == [
         f"skip   t/a-{va} (executor_step, SUCCESS) -> {a_out}",
         f"run    t/b-{vb} (executor_step, SUCCESS, inputs changed) -> "
         f"{tmp_path / 'data' / f't/b-{vb}'}",
+        f"run    t/c-{vc} (executor_step, SUCCESS; after t/b, if its new output differs) -> "
+        f"{tmp_path / 'data' / f't/c-{vc}'}",
     ]
 
 
