@@ -237,7 +237,13 @@ def _short_size(n_bytes: int) -> str:
     for suffix, unit in (("t", 2**40), ("g", 2**30), ("m", 2**20), ("k", 2**10)):
         if n_bytes % unit == 0 and n_bytes >= unit:
             return f"{n_bytes // unit}{suffix}"
-    return str(n_bytes)
+    # An explicit unit, as a size without one is refused (ResourceConfig round-trips).
+    return f"{n_bytes}b"
+
+
+def _has_unit(value: str | int) -> bool:
+    m = _QUANTITY.match(str(value))
+    return bool(m and (m.group(2) or m.group(3).lower().endswith("b")))
 
 
 def _fmt_cpu(cpu: float) -> str:
@@ -275,6 +281,12 @@ class ResourceConfig:
                 raise ResourceConfigError(
                     f"{what}={getattr(self, what)!r} must be more than nothing; write e.g. "
                     f"{what}={'4g' if what == 'ram' else '10g'}"
+                )
+            if not _has_unit(getattr(self, what)):
+                # Marin's sizes are "16g"; a bare 16 as bytes gives a pod killed at once.
+                raise ResourceConfigError(
+                    f"{what}={getattr(self, what)!r} has no unit; give one, e.g. "
+                    f"{what}={'16g' if what == 'ram' else '200g'} (units k, m, g, t; b for bytes)"
                 )
             object.__setattr__(self, what, _short_size(size))
         if not isinstance(self.replicas, int) or self.replicas < 1:
@@ -384,10 +396,21 @@ class ResourceConfig:
                     f"resources={value!r}: option {option!r} is not one of cpu=N, ram=SIZE, "
                     f"disk=SIZE, preemptible=true|false, replicas=N"
                 )
+            if key in kwargs:
+                # Keeping either value silently would hide a typo; `cpu:4 cpu=8` counts too.
+                raise ResourceConfigError(
+                    f"resources={value!r}: {key} is given more than once; keep one {key}="
+                )
             if key == "cpu":
                 kwargs["cpu"] = _parse_number(raw, value, "cpu")
             elif key == "replicas":
-                kwargs["replicas"] = int(_parse_number(raw, value, "replicas"))
+                replicas = _parse_number(raw, value, "replicas")
+                if not isinstance(replicas, int):
+                    raise ResourceConfigError(
+                        f"resources={value!r}: replicas={raw} is not a whole number of hosts; "
+                        f"write e.g. replicas=2"
+                    )
+                kwargs["replicas"] = replicas
             elif key == "preemptible":
                 try:
                     kwargs["preemptible"] = parse_bool(raw)

@@ -203,3 +203,37 @@ def test_marins_constructors_equal_the_strings():
     assert ResourceConfig.with_tpu("v5e-8") == ResourceConfig.parse("tpu:v5e-8")
     with pytest.raises(ResourceConfigError, match="unknown GPU type"):
         ResourceConfig.with_gpu("h999")
+
+
+@pytest.mark.parametrize(
+    "text, fragments",
+    [
+        # int(float(...)) once made these 2 and 1 hosts.
+        ("gpu:1 replicas=2.7", ["replicas=2.7 is not a whole number", "replicas=2"]),
+        ("gpu:1 replicas=1.5", ["replicas=1.5 is not a whole number"]),
+        # A bare number was bytes: a 16-byte memory limit kills the pod at once.
+        ("gpu:1 ram=16", ["ram='16' has no unit", "ram=16g"]),
+        ("gpu:1 disk=200", ["disk='200' has no unit", "disk=200g"]),
+        # The last value used to win silently.
+        ("gpu:1 replicas=2 replicas=1", ["replicas is given more than once"]),
+        ("gpu:1 ram=8g ram=16g", ["ram is given more than once"]),
+        ("cpu:4 cpu=8", ["cpu is given more than once"]),
+    ],
+)
+def test_misread_values_are_refused(text, fragments):
+    with pytest.raises(ResourceConfigError) as e:
+        ResourceConfig.parse(text)
+    assert str(e.value).startswith(f"resources={text!r}")
+    for fragment in fragments:
+        assert fragment in str(e.value)
+
+
+def test_sizes_need_a_unit_in_python_too():
+    with pytest.raises(ResourceConfigError, match=r"ram=16 has no unit.*ram=16g"):
+        ResourceConfig(ram=16)
+    with pytest.raises(ResourceConfigError, match=r"disk=200 has no unit"):
+        ResourceConfig.with_gpu("h100", disk=200)
+    # Bytes stay expressible, and a size that is no whole KiB still round-trips.
+    rc = ResourceConfig(ram="1536b", disk="1.3g")
+    assert rc.ram_bytes == 1536
+    assert ResourceConfig.parse(rc.to_string()) == rc
