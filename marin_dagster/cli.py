@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import json
 import logging
 import os
@@ -392,7 +393,23 @@ def _cmd_sql(args: argparse.Namespace) -> int:
             max_bytes=args.max_bytes,
             timeout_s=args.timeout,
         )
-        server = service.make_server(args.host, args.port)
+        try:
+            server = service.make_server(args.host, args.port)
+        except OSError as e:
+            # Only the bind's errors: the catalog's storage errors are OSErrors too.
+            if e.errno == errno.EADDRINUSE:
+                sys.stderr.write(
+                    f"marin sql: port {args.port} on {args.host} is already in use (another "
+                    f"marin sql --serve?); pick another with --port\n"
+                )
+                return 1
+            if e.errno == errno.EADDRNOTAVAIL:
+                sys.stderr.write(
+                    f"marin sql: cannot listen on --host {args.host}: it is not an address of "
+                    f"this machine; use 127.0.0.1, or 0.0.0.0 for every interface\n"
+                )
+                return 1
+            raise
         host, port = server.server_address[:2]
         sys.stdout.write(
             f"marin sql: serving {len(service.tables())} views on http://{host}:{port} "

@@ -1,0 +1,24 @@
+"""`marin sql --serve` on a port something else holds: one line saying so, not a traceback."""
+
+from __future__ import annotations
+
+import socket
+
+from marin_dagster.cli import main
+from marin_dagster.execution.instance import ensure_home
+
+
+def test_a_port_in_use_is_one_line_and_a_failure(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "data"))
+    monkeypatch.setenv("DAGSTER_HOME", ensure_home(str(tmp_path / "home")))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        capsys.readouterr()
+        code = main(["sql", "--serve", "--host", "127.0.0.1", "--port", str(port)])
+    err = capsys.readouterr().err
+    assert code != 0
+    line = f"marin sql: port {port} on 127.0.0.1 is already in use"
+    assert line in err and "--port" in err
+    assert "Traceback" not in err and "Errno" not in err
