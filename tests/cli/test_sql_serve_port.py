@@ -22,3 +22,14 @@ def test_a_port_in_use_is_one_line_and_a_failure(tmp_path, capsys, monkeypatch):
     line = f"marin sql: port {port} on 127.0.0.1 is already in use"
     assert line in err and "--port" in err
     assert "Traceback" not in err and "Errno" not in err
+
+
+def test_a_host_not_of_this_machine_is_one_line_and_a_failure(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "data"))
+    monkeypatch.setenv("DAGSTER_HOME", ensure_home(str(tmp_path / "home")))
+    capsys.readouterr()
+    # 192.0.2.1 is TEST-NET-1 (RFC 5737): no machine has it, so the bind is refused.
+    code = main(["sql", "--serve", "--host", "192.0.2.1", "--port", "0"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "marin sql: cannot listen on --host 192.0.2.1" in err and "Traceback" not in err
