@@ -27,6 +27,7 @@ from marin_dagster.ducky import catalog
 from marin_dagster.ducky.stats import measure, stats_tables
 from marin_dagster.execution.asset import (
     StepContext,
+    asset_list,
     defining,
     step_for,
     steps_by_name,
@@ -151,6 +152,8 @@ def dataset_stats(
     name: str, datasets: Sequence[dg.AssetsDefinition], *, resources: str | ResourceConfig = "cpu"
 ) -> dg.AssetsDefinition:
     """Statistics of `datasets` (each a dataset asset from a marin factory)."""
+    with defining("dataset_stats", name):
+        datasets = asset_list(datasets, "datasets")
     if not datasets:
         raise ValueError(f"dataset_stats({name!r}): give at least one dataset asset")
     with defining("dataset_stats", name):

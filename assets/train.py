@@ -15,6 +15,7 @@ from marin_dagster import fs
 from marin_dagster.execution.asset import (
     Step,
     StepContext,
+    asset_list,
     defining,
     step_for,
     steps_by_name,
@@ -48,18 +49,40 @@ def _tokenizer_of(factory: str, name: str, asset: dg.AssetsDefinition) -> Step:
     return step.upstream["tokenizer"]
 
 
-def _tokenizer_step(name: str, datasets: Mapping[dg.AssetsDefinition, float]) -> Step:
-    """The one tokenizer shared by every dataset of the mixture."""
+def _tokenizer_step(
+    name: str, datasets: Mapping[dg.AssetsDefinition, float], evals: Sequence[dg.AssetsDefinition]
+) -> Step:
+    """The one tokenizer shared by every dataset of the mixture and every eval set."""
     tokenizers = {}
-    for asset in datasets:
+    for asset in [*datasets, *evals]:
         tok = _tokenizer_of("train_lm", name, asset)
         tokenizers[tok.version] = tok
     if len(tokenizers) != 1:
+        what = "the datasets and evals" if evals else "the datasets"
         raise ValueError(
-            f"train_lm({name!r}): the datasets use {len(tokenizers)} different tokenizers "
-            f"({sorted(t.name + '-' + v for v, t in tokenizers.items())}); a mixture needs one"
+            f"train_lm({name!r}): {what} use {len(tokenizers)} different tokenizers "
+            f"({sorted(t.name + '-' + v for v, t in tokenizers.items())}); the model reads "
+            "one: tokenize them all with the same tokenizer"
         )
     return next(iter(tokenizers.values()))
+
+
+def _check_split(assets: Sequence[dg.AssetsDefinition], split: str, field: str) -> None:
+    """Token caches read for `split` must have written it: one tokenized with validation=0
+    has no validation split (train_lm dropped it from evals silently; evaluate failed at run
+    time with advice to rebuild)."""
+    if split != "validation":
+        return
+    for asset in assets:
+        step = step_for(asset, field)
+        if step.kind == "tokenized" and not (
+            step.config.validation_fraction > 0 or "validation" in step.upstream
+        ):
+            raise ValueError(
+                f"{field}: {step.name} has no validation split (tokenized with validation=0); "
+                f"give its tokenized(...) a validation fraction or dataset, or leave it out"
+                + (", or score it with split='train'" if field == "datasets" else "")
+            )
 
 
 def _png_markdown(path: str, alt: str) -> str:
@@ -226,7 +249,11 @@ def train_lm(
         )
     if not datasets:
         raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_asset: weight}}")
-    tokenizer_step = _tokenizer_step(name, {**datasets, **dict.fromkeys(evals or (), 1.0)})
+    if evals is not None:
+        with defining("train_lm", name):
+            evals = asset_list(evals, "evals")
+            _check_split(evals, "validation", "evals")
+    tokenizer_step = _tokenizer_step(name, datasets, evals or [])
     with defining("train_lm", name):
         # the mixture and the upstream go by name: two datasets of one name would be one
         steps_by_name([*datasets, *(evals or ())], "dataset")
@@ -328,6 +355,8 @@ def evaluate(
     """Eval loss, perplexity and bits per byte of a checkpoint on tokenized datasets."""
     with defining("evaluate", name):
         trained = step_for(checkpoint, "checkpoint")
+        datasets = asset_list(datasets, "datasets")
+        _check_split(datasets, config.get("split", "validation"), "datasets")
     if trained.kind != "train_lm":
         raise ValueError(
             f"evaluate({name!r}): checkpoint must be a train_lm(...) asset; "

@@ -28,7 +28,7 @@ from marin_dagster.execution.tags import FORCE_TAG, check_run_tags
 from marin_dagster.execution.version import StepConfig, compute_version
 from marin_dagster.iris import ResourceConfig, iris_placement_metadata
 from marin_dagster.settings import parse_bool
-from marin_dagster.words import unknown_keyword
+from marin_dagster.words import a_type, unknown_keyword
 
 # The step's version: in the asset's metadata, and in its op tags, so that a run's plan
 # records the version its launcher loaded.
@@ -241,6 +241,21 @@ def claim_name(steps: dict[str, Step], step: Step) -> None:
     known = steps.setdefault(step.name, step)
     if known.version != step.version:
         raise DuplicateAssetError(known, step)
+
+
+def asset_list(value: Any, field: str) -> list[Any]:
+    """The assets of an argument that takes a list; one asset given alone, or anything else,
+    is refused naming `field` (it failed with "'AssetsDefinition' object is not iterable")."""
+    if isinstance(value, dg.AssetsDefinition) or hasattr(value, "as_asset"):
+        step = _STEPS.get(id(value))
+        one = step.name if step else getattr(value, "name", None) or value.key.to_user_string()
+        raise TypeError(
+            f"{field} takes a list of assets, got one asset ({one}): "
+            f"put it in brackets, {field}=[...]"
+        )
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(f"{field} takes a list of assets, got {a_type(value)}")
+    return list(value)
 
 
 def steps_by_name(assets: Iterable[Any], role: str) -> dict[str, Step]:

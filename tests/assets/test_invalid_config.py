@@ -143,6 +143,66 @@ def test_evaluate_refuses_a_split_no_token_cache_has(dataset):
         evaluate("eval/cfg", checkpoint=_train(dataset), datasets=[dataset], split="valid")
 
 
+def test_a_token_cache_without_a_validation_split_is_refused_where_it_is_scored(dataset):
+    """tokenized(validation=0) writes no validation split: train_lm dropped it from evals
+    without a word, and evaluate failed at run time advising a rebuild that changed nothing.
+    Scoring its train split stays allowed."""
+    corpus = sample_corpus("raw/cfg")
+    no_split = tokenized(
+        "tokenized/cfg-v0",
+        source=corpus,
+        tokenizer=step_for(dataset).upstream["tokenizer"].asset,
+        validation=0,
+    )
+    message = r"tokenized/cfg-v0 has no validation split \(tokenized with validation=0\)"
+    with pytest.raises(ValueError, match=rf"^train_lm\('checkpoints/cfg'\): evals: {message}"):
+        _train(dataset, evals=[no_split])
+    model = _train(dataset)
+    with pytest.raises(ValueError, match=rf"^evaluate\('eval/cfg'\): datasets: {message}.*'train'"):
+        evaluate("eval/cfg", checkpoint=model, datasets=[no_split])
+    evaluate("eval/cfg", checkpoint=model, datasets=[no_split], split="train")
+    _train(dataset, evals=[dataset])
+
+
+def test_one_asset_where_a_list_goes_is_refused_naming_the_argument(dataset):
+    """`evals=ds` failed with Python's "'AssetsDefinition' object is not iterable"."""
+    from assets import dataset_stats
+
+    model = _train(dataset)
+    for define, factory, field in [
+        (lambda: _train(dataset, evals=dataset), r"train_lm\('checkpoints/cfg'\)", "evals"),
+        (
+            lambda: evaluate("eval/cfg", checkpoint=model, datasets=dataset),
+            r"evaluate\('eval/cfg'\)",
+            "datasets",
+        ),
+        (
+            lambda: dataset_stats("stats/cfg", datasets=dataset),
+            r"dataset_stats\('stats/cfg'\)",
+            "datasets",
+        ),
+    ]:
+        with pytest.raises(
+            TypeError,
+            match=rf"^{factory}: {field} takes a list of assets, got one asset \(tokenized/cfg\): "
+            rf"put it in brackets, {field}=\[\.\.\.\]",
+        ):
+            define()
+    with pytest.raises(TypeError, match=r"evals takes a list of assets, got a str"):
+        _train(dataset, evals="tokenized/cfg")
+
+
+def test_tokenizers_that_differ_between_datasets_and_evals_are_said_so(dataset):
+    corpus = sample_corpus("raw/cfg")
+    other = tokenized(
+        "tokenized/cfg-other",
+        source=corpus,
+        tokenizer=tokenizer("tokenizers/cfg-other", source=corpus, vocab_size=300),
+    )
+    with pytest.raises(ValueError, match=r"the datasets and evals use 2 different tokenizers"):
+        _train(dataset, evals=[other])
+
+
 def test_train_lm_refuses_a_sequence_longer_than_the_model(dataset):
     with pytest.raises(ValueError, match=r"seq_len=99999 is above the model's maximum"):
         _train(dataset, seq_len=99999)
