@@ -86,6 +86,14 @@ class Checkpointer:
         checkpoint_every_minutes: float | None,
     ) -> None:
         self.directory = fs.normalize(directory)  # orbax wants absolute paths
+        if not (fs.is_local(self.directory) or self.directory.startswith("gs://")):
+            # orbax resolves paths with etils, which knows local folders and gs:// only:
+            # memory:// failed with a bare KeyError: 'memory://'.
+            raise CheckpointStorageError(
+                f"checkpoints cannot be written to {directory}: orbax writes to a local folder "
+                "or gs:// only; give the run a storage prefix of either kind "
+                "(--prefix / MARIN_PREFIX)"
+            )
         if self.directory.startswith("gs://"):
             tensorstore_to_gcs_emulator()
             _probe_tensorstore(self.directory)

@@ -45,3 +45,13 @@ def test_a_store_tensorstore_cannot_write_fails_at_once_saying_what_to_do(gcs_pr
     message = str(err.value)
     assert f"cannot write to {directory} (no answer within 3 s)" in message
     assert "gcloud auth application-default login" in message
+
+
+def test_a_store_orbax_cannot_write_to_is_refused_naming_it():
+    """A memory:// prefix (which serves a script's own process) reached orbax, which failed
+    with a bare KeyError: 'memory://'."""
+    with pytest.raises(
+        CheckpointStorageError,
+        match=r"^checkpoints cannot be written to memory://x/ckpt: orbax writes to a local folder or gs:// only",
+    ):
+        _checkpointer("memory://x/ckpt")
