@@ -13,9 +13,12 @@ from marin_dagster.levanter import distributed
 
 
 def main() -> None:
+    # Our own logs only, as process 0 (a Dagster step, whose root logger stays at WARNING):
+    # at INFO, orbax's absl lines ("[process=1] ...") fill the console, a few hundred a run.
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("marin_dagster").setLevel(logging.INFO)
     distributed.follow()
 
 

@@ -52,7 +52,7 @@ def _preempt_follower(prefix: str, step_key: str, seen: dict, stop: threading.Ev
 
 @pytest.mark.slow
 def test_two_host_training_step_survives_a_preempted_host(
-    instance, iris_dir, tmp_path, downloads, monkeypatch
+    instance, iris_dir, tmp_path, downloads, monkeypatch, capfd
 ):
     prefix = str(tmp_path / "data")
     monkeypatch.setenv("MARIN_PREFIX", prefix)
@@ -113,3 +113,10 @@ def test_two_host_training_step_survives_a_preempted_host(
     assert not _step_processes(step_key)
     params = mat["params"].value
     assert os.path.exists(getattr(params, "path", params))  # written by process 0
+    # The follower, like process 0, keeps its INFO logs to its own (orbax's absl lines were
+    # a few hundred); the step processes write to this process's stdout and stderr.
+    out, err = capfd.readouterr()
+    lines = (out + err).splitlines()
+    assert any("process 1 of 2 joined the training" in line for line in lines)
+    noise = [line for line in lines if "INFO" in line and ("absl" in line or "[process=" in line)]
+    assert not noise, noise[:5]
