@@ -506,8 +506,11 @@ class ZephyrContext:
                     )
                     backend.submit((stage.index, i), task, resources)
                     in_flight += 1
-                for (_s, i), outcome in backend.poll(0.5):
-                    in_flight -= 1
+                done = backend.poll(0.5)
+                # All at once: an error raised at the first of several answers left the
+                # others counted as running, and the wait below spun on them for ever.
+                in_flight -= len(done)
+                for (_s, i), outcome in done:
                     if isinstance(outcome, WorkerLost) and not outcome.over_memory:
                         losses[i] += 1
                         if losses[i] > self.max_worker_losses:

@@ -313,3 +313,39 @@ def test_a_function_that_cannot_be_sent_to_a_worker_names_its_stage() -> None:
     message = str(err.value)
     assert "<locals>.locked) -> collect]: its functions cannot be sent to a worker" in message
     assert "cannot pickle '_thread.lock' object" in message
+
+
+def test_two_user_errors_answered_at_once_end_the_run(tmp_path, monkeypatch) -> None:
+    """Two shards' errors in one poll: the first was raised before the second was counted,
+    and the driver then waited for a task no worker held, spinning a core for ever (seen
+    under load with a misspelt field). The backend here is the real local one; its poll
+    only waits until every busy worker has answered, which is what load does by chance."""
+    from marin_dagster.zephyr import context as context_module
+    from marin_dagster.zephyr.backends.local import LocalBackend
+
+    class AnswersTogether(LocalBackend):
+        def poll(self, timeout: float):
+            busy = [w for w in self._workers if w.key is not None]
+            import multiprocessing.connection
+
+            while len(multiprocessing.connection.wait([w.conn for w in busy], 0)) < len(busy):
+                time.sleep(0.01)
+            return super().poll(timeout)
+
+    monkeypatch.setattr(
+        context_module, "make_backend", lambda name, workers, **o: AnswersTogether(workers, **o)
+    )
+    pattern = _inputs(tmp_path, shards=2, rows=5)
+
+    def late(signum, frame):
+        raise TimeoutError("the driver did not end the run")
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.alarm(60)
+    try:
+        with ZephyrContext(max_workers=2) as ctx, pytest.raises(ShardFailedError) as err:
+            ctx.execute(Dataset.from_files(pattern).load_jsonl().map(lambda r: r["nokey"]))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert "KeyError" in str(err.value) and "user error" in str(err.value)
