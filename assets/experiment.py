@@ -159,7 +159,16 @@ class StepsFailedError(Exception):
             lines += [f"    {line.strip()}" for line in rest if line.strip()][:3]
         after = f"; skipped after them: {', '.join(skipped)}" if skipped else ""
         self.interrupted = any(e.cls_name in _INTERRUPTS for e in failures.values())
-        if self.interrupted:
+        # No step failed: the run did before any step (a resource could not start, such as
+        # storage at a prefix that cannot be written), and its error is the run's.
+        run_error = None if failures else _run_error(result)
+        if run_error is not None:
+            first, *rest = (run_error.message.strip() or run_error.cls_name).splitlines()
+            message = (
+                f"run {result.run_id} failed before its steps ran (none did): {first}"
+                + "".join(f"\n  {line.strip()}" for line in rest if line.strip())
+            )
+        elif self.interrupted:
             message = (
                 f"run {result.run_id} was stopped in {', '.join(failures)}; not run: "
                 f"{', '.join(skipped) or 'none'}. Run it again: what finished is skipped, and "
@@ -176,6 +185,18 @@ class StepsFailedError(Exception):
 
 # What a step's error is when the run was stopped (Ctrl-C, SIGTERM), not failed.
 _INTERRUPTS = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
+
+
+def _run_error(result: dg.ExecuteInProcessResult) -> Any:
+    """The first error of the run's own events (a resource's, the run's), out of Dagster's
+    wrapping: the resource's own error says what to do, the OSError under it does not."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None)
+        if error is not None:
+            while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+                error = error.cause
+            return error
+    return None
 
 
 def _root_cause(error: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import dagster as dg
+import pytest
 
 from assets import Experiment, dataset
 from resources.zephyr import ZephyrResource
@@ -26,6 +27,26 @@ def test_materialize_overrides_only_the_resources_given(tmp_path, monkeypatch) -
     meta = result.asset_materializations_for_node(raw.op.name)[0].metadata
     assert meta["zephyr/backend"].value == "inline"
     assert list((tmp_path / "data" / "raw").glob("override-notes-*/.status.json"))
+
+
+def test_a_run_that_fails_before_its_steps_says_why(tmp_path, monkeypatch) -> None:
+    """Storage that cannot be written fails the run in a resource, before any step: the
+    error said "its step(s) failed; ... the other steps ran", true of nothing, and named no
+    error."""
+    from assets.experiment import StepsFailedError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("MARIN_PREFIX", str(blocker / "data"))
+    src = tmp_path / "notes.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "a note"}) + "\n")
+    raw = dataset("raw/unwritable-notes", str(src))
+    with dg.instance_for_test() as instance, pytest.raises(StepsFailedError) as err:
+        Experiment("unwritable", leaves=[raw]).materialize(instance=instance)
+    message = str(err.value)
+    assert "failed before its steps ran (none did): resources.storage.StorageError: " in message
+    assert f"storage prefix '{blocker / 'data'}' is not writable" in message
+    assert "the other steps ran" not in message
 
 
 def test_a_script_takes_executor_mains_flags(tmp_path) -> None:
