@@ -63,9 +63,10 @@ def _probe_tensorstore(directory: str) -> None:
     try:
         store = ts.KvStore.open(spec).result(timeout=PROBE_TIMEOUT_S)
         store.write(_PROBE_KEY, b"ok").result(timeout=PROBE_TIMEOUT_S)
-        store.delete_range(ts.KvStore.KeyRange(_PROBE_KEY, _PROBE_KEY + "\0")).result(
-            timeout=PROBE_TIMEOUT_S
-        )
+        # One key's delete, not delete_range: tensorstore deletes a range by listing it with
+        # start and end offsets, which the GCS emulator ignores, and so it deleted every
+        # object in the bucket, the user's input data with the rest.
+        store.write(_PROBE_KEY, None).result(timeout=PROBE_TIMEOUT_S)
     except Exception as e:  # TimeoutError, or tensorstore's ValueError with GCS's answer
         what = "no answer" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
         raise CheckpointStorageError(

@@ -29,10 +29,14 @@ def test_tensorstore_reaches_the_emulator_gcsfs_uses(gcs_prefix, monkeypatch):
     monkeypatch.delenv("GOOGLE_AUTH_TOKEN_FOR_TESTING", raising=False)
     monkeypatch.setattr(checkpoint, "PROBE_TIMEOUT_S", 30.0)
     directory = f"{gcs_prefix}/run/checkpoints"
+    # The user's data beside it: the probe's delete_range deleted the whole bucket on the
+    # emulator (it ignores the listing's offsets that bound the range).
+    fs.write_bytes(f"{gcs_prefix}/input/notes.jsonl", b'{"text": "keep me"}\n')
     assert _checkpointer(directory).latest_step() is None
     gcs, root = fs.url_to_fs(directory)
     gcs.invalidate_cache()
     assert not gcs.exists(f"{root}/.marin-tensorstore-probe")  # the probe's object is gone
+    assert fs.read_bytes(f"{gcs_prefix}/input/notes.jsonl") == b'{"text": "keep me"}\n'
 
 
 def test_a_store_tensorstore_cannot_write_fails_at_once_saying_what_to_do(gcs_prefix, monkeypatch):
