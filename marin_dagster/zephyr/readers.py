@@ -438,6 +438,15 @@ def iter_parquet_batches(
     """A Parquet file's batches; a truncated or corrupt file (or invalid UTF-8 in a string
     column) raises InputError naming it."""
     with _parquet_file(path) as (pf, _):
+        if columns:
+            # Arrow leaves out a column the file lacks: a misspelt name gave empty records.
+            names = pf.schema_arrow.names
+            missing = [c for c in columns if c not in names and c.split(".")[0] not in names]
+            if missing:
+                raise InputError(
+                    f"{path}: no column {', '.join(map(repr, missing))}; its columns: "
+                    f"{', '.join(names)}"
+                )
         groups = row_groups if row_groups is not None else list(range(pf.num_row_groups))
         if not groups:
             return

@@ -61,6 +61,16 @@ def test_parquet_csv_round_trip_and_row_group_splits(local_ctx: ZephyrContext, t
     assert pacsv.read_csv(out[0]).to_pylist() == ROWS
 
 
+def test_a_parquet_column_the_file_lacks_is_named(local_ctx: ZephyrContext, tmp_path) -> None:
+    """Arrow leaves out columns a file does not have: a misspelt one gave empty records."""
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "in.parquet")
+    ds = Dataset.from_files(str(tmp_path / "in.parquet")).load_parquet(columns=["docid", "text"])
+    with pytest.raises(
+        ShardFailedError, match=r"in.parquet: no column 'docid'; its columns: id, text, score"
+    ):
+        local_ctx.execute(ds)
+
+
 def test_include_file_paths(local_ctx: ZephyrContext, tmp_path) -> None:
     _write_jsonl(tmp_path / "a.jsonl", ROWS[:2])
     out = local_ctx.execute(
