@@ -37,7 +37,7 @@ from marin_dagster.dupekit.outputs import (
     file_of,
     mark_order,
 )
-from marin_dagster.dupekit.records import key_id, key_position, resolve_sources
+from marin_dagster.dupekit.records import DEFAULT_ID_KEY, key_id, key_position, resolve_sources
 from marin_dagster.dupekit.shingles import ShingleConfig
 from marin_dagster.zephyr import Dataset, ZephyrContext
 from marin_dagster.zephyr import counters as zephyr_counters
@@ -78,7 +78,7 @@ class DedupConfig:
 
     mode: DedupMode = "exact"
     text_key: str = "text"
-    id_key: str = "id"
+    id_key: str = DEFAULT_ID_KEY
     shingle: Literal["char", "word"] = "char"
     ngram: int = 5
     num_perm: int = 128

@@ -153,6 +153,11 @@ class SourceDoc:
     key: str
 
 
+# With this id field missing, a record's id is made from its file and position (documented);
+# another name that no record of a file holds is a typo, not data without ids.
+DEFAULT_ID_KEY = "id"
+
+
 def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[SourceDoc]:
     """The documents of one input file, validated, with ids (generated where missing).
 
@@ -160,6 +165,8 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
     the file (and line); a record's index counts records, not lines.
     """
     cursor = Cursor()
+    first_fields: list[str] | None = None
+    any_id = False
     for index, record in enumerate(
         iter_file_records(
             # a CSV's values as it holds them: written back unchanged ("007", "NA", "true")
@@ -189,8 +196,11 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
                 else "pass text_key=... naming the field that holds the document text"
             )
             raise ValueError(f"{where} {what} {text_key!r} field; {fix}")
+        if first_fields is None:
+            first_fields = list(record)
         doc_id = record.get(id_key)
         generated = doc_id is None
+        any_id = any_id or not generated
         if generated:
             doc_id = f"{source.relative}#{index}"
             record = {**record, id_key: doc_id}
@@ -201,4 +211,12 @@ def iter_docs(source: SourceFile, text_key: str, id_key: str) -> Iterator[Source
             )
         yield SourceDoc(
             index, record, doc_id, text, node_key(doc_id, source.index, index, generated=generated)
+        )
+    if first_fields is not None and not any_id and id_key != DEFAULT_ID_KEY:
+        # Ids made up for every record would decide which copy is kept by file order, and
+        # each output record would gain the misspelt field.
+        raise ValueError(
+            f"{source.path}: no record has the id field {id_key!r} (id_key); its first "
+            f"record's fields: {', '.join(first_fields)}. Name the field that holds the ids, "
+            f"or leave id_key at {DEFAULT_ID_KEY!r} to number records by file and position"
         )

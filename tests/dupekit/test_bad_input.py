@@ -58,3 +58,22 @@ def test_record_errors_name_the_line(tmp_path) -> None:
     path = _write(tmp_path / "in" / "gaps.jsonl", text.encode())
     with pytest.raises(Exception, match=r"gaps\.jsonl: line 4: record 1 has no 'text' field"):
         deduplicate(path, str(tmp_path / "out"), DedupConfig(mode="exact"), backend="inline")
+
+
+def test_an_id_field_no_record_has_is_named_not_made_up(tmp_path) -> None:
+    """A misspelt id_key made up ids for every record: which copy was kept then went by file
+    order, and every output record gained the misspelt field. The default name still
+    numbers records that have no ids, as documented."""
+    docs = [{"doc_id": f"d{i}", "text": d["text"]} for i, d in enumerate(DOCS)]
+    path = _write(tmp_path / "in" / "ids.jsonl", _jsonl(docs))
+    with pytest.raises(
+        Exception,
+        match=r"ids\.jsonl: no record has the id field 'docid' \(id_key\); its first record's fields: doc_id, text",
+    ):
+        deduplicate(
+            path, str(tmp_path / "out"), DedupConfig(mode="exact", id_key="docid"), backend="inline"
+        )
+    assert not os.path.exists(tmp_path / "out" / "counts.json")
+    bare = _write(tmp_path / "in2" / "bare.jsonl", _jsonl([{"text": d["text"]} for d in DOCS]))
+    deduplicate(bare, str(tmp_path / "out2"), DedupConfig(mode="exact"), backend="inline")
+    assert json.loads((tmp_path / "out2" / "counts.json").read_text())["document"]["kept"] == 40
