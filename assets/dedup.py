@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,12 +62,6 @@ def deduplicated(
     is faster but links on one shared band bucket and wrongly removes documents (see
     `DedupConfig.verify`).
     """
-    fields = {f.name for f in dataclasses.fields(DedupConfig)}
-    unknown = sorted(set(config) - fields)
-    if unknown:
-        raise TypeError(
-            f"deduplicated({name!r}): unknown field(s) {unknown}; known: {sorted(fields)}"
-        )
     with defining("deduplicated", name):
         config.setdefault("text_key", records_text_key(source))
         cfg = DedupConfig(mode=mode, **config)

@@ -39,6 +39,7 @@ from marin_dagster.dupekit.outputs import (
 )
 from marin_dagster.dupekit.records import DEFAULT_ID_KEY, key_id, key_position, resolve_sources
 from marin_dagster.dupekit.shingles import ShingleConfig
+from marin_dagster.words import a_type, checked_keywords
 from marin_dagster.zephyr import Dataset, ZephyrContext
 from marin_dagster.zephyr import counters as zephyr_counters
 
@@ -72,6 +73,7 @@ FUZZY_ONLY = frozenset(
 )
 
 
+@checked_keywords
 @dataclass(frozen=True)
 class DedupConfig:
     """Everything that decides a dedup's output (worker counts and backend do not)."""
@@ -113,6 +115,21 @@ class DedupConfig:
     cc_max_iterations: int = 64
 
     def __post_init__(self) -> None:
+        # Types first: threshold="0.7" failed in a comparison that named no field.
+        for f in fields(self):
+            value, kind = getattr(self, f.name), f.type.replace(" | None", "")
+            if value is None and f.type.endswith("| None"):
+                continue
+            wanted = {"float": (int, float), "int": (int,), "str": (str,), "bool": (bool,)}.get(
+                kind
+            )
+            if wanted and (
+                not isinstance(value, wanted) or (kind != "bool" and isinstance(value, bool))
+            ):
+                raise TypeError(
+                    f"{f.name} must be {'an' if kind == 'int' else 'a'} {kind}, got "
+                    f"{a_type(value)} ({value!r})"
+                )
         if self.mode not in ("exact", "paragraph", "fuzzy"):
             raise ValueError(f"mode must be 'exact', 'paragraph' or 'fuzzy', not {self.mode!r}")
         if not 0.0 < self.threshold <= 1.0:

@@ -47,7 +47,11 @@ def test_exact_dedup_asset_drops_the_milton_copies(tmp_path, downloads):
 
 def test_unknown_dedup_field_is_named():
     corpus = sample_corpus("raw/shakespeare")
-    with pytest.raises(TypeError, match=r"unknown field\(s\) \['treshold'\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"^deduplicated\('dedup/x'\): DedupConfig: unknown keyword 'treshold'; did you "
+        r"mean 'threshold'\?",
+    ):
         deduplicated("dedup/x", source=corpus, treshold=0.5)
 
 

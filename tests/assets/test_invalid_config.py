@@ -288,6 +288,23 @@ def test_deduplicated_refuses_values_that_cannot_run(field, value):
     assert str(err.value).startswith("deduplicated('dedup/cfg'): ") and field in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("threshold", "0.7", "threshold must be a float, got a str ('0.7')"),
+        ("ngram", 2.5, "ngram must be an int, got a float (2.5)"),
+        ("num_shards", True, "num_shards must be an int, got a bool (True)"),
+        ("verify", "yes", "verify must be a bool, got a str ('yes')"),
+        ("text_key", 3, "text_key must be a str, got an int (3)"),
+    ],
+)
+def test_deduplicated_names_a_value_of_the_wrong_type(field, value, message):
+    """threshold="0.7" failed with "'<' not supported between instances of 'float' and 'str'"."""
+    with pytest.raises(TypeError) as err:
+        deduplicated("dedup/cfg", source=sample_corpus("raw/cfg"), mode="fuzzy", **{field: value})
+    assert str(err.value).startswith("deduplicated('dedup/cfg'): ") and message in str(err.value)
+
+
 @pytest.mark.parametrize("mode", ["exact", "paragraph"])
 def test_deduplicated_refuses_fuzzy_settings_in_other_modes(mode):
     """They change nothing but the version, which reran the dedup and all after it."""
