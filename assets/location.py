@@ -121,20 +121,32 @@ def experiment_name(namespace: Mapping[str, Any]) -> str:
     return re.sub(r"\W", "_", stem) or "steps"
 
 
+# Each loader made here, by id, and the module it loads: `from exp import *` copies exp's
+# loader into another experiment file, which Dagster then loaded as exp (its own steps and
+# experiments missing from `dagster job list -f`).
+_LOADERS: dict[int, str] = {}
+
+
 def attach_caller() -> None:
     """Give the module that is defining steps a loader Dagster's discovery picks first."""
     frame = caller_frame()
     if frame is None:
         return
     namespace = frame.f_globals
-    if LOADER in namespace or not namespace.get("__name__"):
+    name = namespace.get("__name__")
+    if not name:
         return
-    if any(isinstance(v, LazyDefinitions) for v in namespace.values()):
+    lazy = [v for v in namespace.values() if isinstance(v, LazyDefinitions)]
+    if any(_LOADERS.get(id(v)) == name for v in lazy):
+        return  # attached already
+    if any(id(v) not in _LOADERS for v in lazy):
         return  # the module loads itself (@dg.definitions)
-    if namespace.get("__name__") not in sys.modules:
+    if name not in sys.modules:
         return  # exec'd code, not a module Dagster could load
 
     def load() -> dg.Definitions | dg.RepositoryDefinition:
         return module_definitions(namespace)
 
-    namespace[LOADER] = dg.definitions(load)
+    loader = dg.definitions(load)
+    _LOADERS[id(loader)] = name
+    namespace[LOADER] = loader  # in place of one imported with another module's steps

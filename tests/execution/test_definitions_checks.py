@@ -107,3 +107,38 @@ def test_definitions_validate_refuses_two_experiments_sharing_a_name(tmp_path):
     assert "'raw/shared' is defined twice" in out
     assert f"{location}:5" in out and f"{location}:6" in out
     assert "experiments 'first' and 'second'" in out
+
+
+def test_a_file_that_star_imports_another_experiment_file_is_its_own_location(tmp_path):
+    """`from parent_exp import *` copied parent_exp's loader into the child file, and Dagster
+    loaded the child as the parent: the child's experiment was no job of `dagster job list`."""
+    (tmp_path / "parent_exp.py").write_text(
+        textwrap.dedent("""
+        from assets import Experiment, sample_corpus
+        corpus = sample_corpus("raw/star-parent")
+        parent = Experiment("parent_exp", leaves=[corpus])
+        """)
+    )
+    (tmp_path / "child_exp.py").write_text(
+        textwrap.dedent("""
+        from parent_exp import *
+        from assets import Experiment, deduplicated
+        clean = deduplicated("dedup/star-child", source=corpus, mode="exact")
+        child = Experiment("child_exp", leaves=[clean])
+        """)
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.run(
+        [DAGSTER, "job", "list", "-f", str(tmp_path / "child_exp.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subprocess_env(DAGSTER_HOME=str(home)),
+        stdin=subprocess.DEVNULL,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    jobs = sorted(line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("Job:"))
+    assert jobs == ["__ASSET_JOB", "child_exp_job", "parent_exp_job"], out
