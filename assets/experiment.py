@@ -95,15 +95,16 @@ class Experiment:
         refuse_import_time_run(f"Experiment({self.name!r}).materialize()")
         flags = _script_flags()
         if flags:
-            if resources or instance is not None or force:
-                raise ValueError(
-                    f"Experiment({self.name!r}).materialize(): the command line's flags "
-                    f"({' '.join(flags)}) run it as executor_main does, which takes no "
-                    "resources, instance or force; drop those arguments or the flags"
-                )
             from marin_dagster.marin import executor_main
 
-            return executor_main(steps=self.leaves, description=self.description, argv=flags)
+            return executor_main(
+                steps=self.leaves,
+                description=self.description,
+                argv=flags,
+                resources=resources,
+                instance=instance,
+                force=force,
+            )
         from resources import local_resources
 
         instance = instance or persistent_instance()

@@ -12,7 +12,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -74,6 +74,7 @@ class StepRunner:
         force: bool = False,
         max_concurrent: int | None = None,
         instance: dg.DagsterInstance | None = None,
+        resources: Mapping[str, Any] | None = None,
     ) -> dg.ExecuteInProcessResult | None:
         """Materialize `steps` and their dependencies; with `dry_run`, print what would run.
 
@@ -83,11 +84,15 @@ class StepRunner:
         scripts); to run independent steps side by side, launch the file's job with
         `dagster job execute -f <file>` (the Iris executor runs them in parallel).
         `force_run_failed=False` refuses to rerun a step whose last attempt FAILED.
+        `resources` override the local ones by key, as `Experiment.materialize`'s do.
         """
         from resources import local_resources
         from resources.storage import StorageError, prefix_problem
 
-        resources = local_resources(self.prefix)  # None: MARIN_PREFIX, else ./data
+        if resources and "storage" in resources and self.prefix is not None:
+            raise PlanError("--prefix and a storage resource both say where outputs go; drop one")
+        # prefix None: MARIN_PREFIX, else ./data
+        resources = {**local_resources(self.prefix), **(resources or {})}
         plan = self.plan(steps, run_only)
         storage = resources["storage"]
         try:
@@ -126,8 +131,10 @@ class StepRunner:
                     # ... and so is one whose input the run rebuilds, when that output
                     # comes out other than it was (which only the run can tell)
                     rebuilt = next((up.name for up in s.upstream.values() if up.name in runs), None)
-                    action = "run" if changed or rebuilt else "skip"
-                    if changed:
+                    action = "run" if changed or rebuilt or force else "skip"
+                    if force:
+                        state = f"{state}, forced"
+                    elif changed:
                         state = f"{state}, inputs changed"
                     elif rebuilt:
                         state = f"{state}; after {rebuilt}, if its new output differs"
@@ -164,6 +171,10 @@ def executor_main(
     steps: Sequence[Any] = (),
     description: str | None = None,
     argv: Sequence[str] | None = None,
+    *,
+    resources: Mapping[str, Any] | None = None,
+    instance: dg.DagsterInstance | None = None,
+    force: bool = False,
 ) -> dg.ExecuteInProcessResult | None:
     """An experiment script's entry point, Marin's flags included:
 
@@ -171,6 +182,9 @@ def executor_main(
     --dry_run true         print each step, its version, path and whether it would run
     --run_only REGEX ...   only the steps matching (and what they depend on)
     --force_run_failed B   rerun steps that FAILED (default true)
+
+    `resources`, `instance` and `force` are `Experiment.materialize`'s, which a script run
+    with these flags passes on.
     """
     refuse_import_time_run("executor_main()")
     parser = argparse.ArgumentParser(description=description)
@@ -213,6 +227,9 @@ def executor_main(
             dry_run=args.dry_run,
             run_only=args.run_only,
             force_run_failed=args.force_run_failed,
+            force=force,
+            instance=instance,
+            resources=resources,
         )
     except PlanError as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")  # a flag's mistake, not a traceback

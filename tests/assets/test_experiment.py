@@ -92,6 +92,45 @@ def test_a_script_takes_executor_mains_flags(tmp_path) -> None:
     assert "skip   raw/flag-notes-" in run("--dry_run").stdout
 
 
+def test_a_script_passing_resources_or_force_takes_the_flags_too(tmp_path) -> None:
+    """materialize(resources=...) is how a script runs on Ray; with any flag (--dry_run,
+    --prefix) it failed: "executor_main ... takes no resources, instance or force"."""
+    import os
+    import subprocess
+    import sys
+
+    src = tmp_path / "notes.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "a note"}) + "\n")
+    script = tmp_path / "exp.py"
+    script.write_text(
+        "import sys\n"
+        "from assets import Experiment, dataset\n"
+        "from resources.zephyr import ZephyrResource\n"
+        f"raw = dataset('raw/res-notes', {str(src)!r})\n"
+        "experiment = Experiment('res', leaves=[raw])\n"
+        "if __name__ == '__main__':\n"
+        "    zephyr = ZephyrResource(backend='inline', max_workers=1)\n"
+        "    experiment.materialize(resources={'zephyr': zephyr}, force=True)\n"
+    )
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "PYTHONPATH": repo}
+    (tmp_path / "home").mkdir()
+
+    def run(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(script), *flags], env=env, capture_output=True, text=True
+        )
+
+    prefix = str(tmp_path / "data")
+    built = run("--prefix", prefix)
+    assert built.returncode == 0, built.stderr
+    (status,) = (tmp_path / "data" / "raw").glob("res-notes-*/.status.json")
+    assert json.loads(status.read_text())["metadata"]["zephyr/backend"] == "inline"
+    dry = run("--prefix", prefix, "--dry_run")
+    assert dry.returncode == 0, dry.stderr
+    assert "run    raw/res-notes-" in dry.stdout and "SUCCESS, forced" in dry.stdout, dry.stdout
+
+
 KILLED_SCRIPT = """
 import dataclasses, os, time
 from marin_dagster.marin import ExecutorStep, executor_main, this_output_path, versioned

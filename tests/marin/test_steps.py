@@ -545,3 +545,14 @@ def test_the_shipped_marin_style_experiment_runs_as_a_script(tmp_path):
         for line in plan.stdout.splitlines()
         if line.split()[:1] in (["skip"], ["run"])
     ] == ["skip"] * 4
+
+
+def test_a_prefix_and_a_storage_resource_together_are_refused(tmp_path):
+    """Both say where outputs go; which one won would be a guess."""
+    from resources.storage import StorageResource
+
+    step = ExecutorStep("t/where", noop, Cfg(this_output_path(), versioned(1)))
+    storage = StorageResource(prefix=str(tmp_path / "other"))
+    with pytest.raises(PlanError, match=r"--prefix and a storage resource both say where"):
+        StepRunner(prefix=str(tmp_path / "data")).run([step], resources={"storage": storage})
+    assert not (tmp_path / "data").exists() and not (tmp_path / "other").exists()
