@@ -8,6 +8,7 @@ The vocabulary of an experiment file (see assets/experiments/):
     model  = train_lm("checkpoints/nano-shakespeare", model=llama_nano, datasets={ds: 1.0}, ...)
 """
 
+import assets.shadowing  # noqa: F401  (first: it checks what the imports below rely on)
 from assets.dataset import as_dataset, dataset
 from assets.dedup import deduplicated
 from assets.experiment import Experiment

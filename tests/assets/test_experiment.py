@@ -276,3 +276,25 @@ def test_an_unguarded_run_refuses_while_its_file_is_imported(tmp_path) -> None:
         assert ran.returncode == 0, ran.stderr
         assert list((tmp_path / "data" / "raw").glob(f"unguarded-{name}-*/.status.json"))
         shutil.rmtree(tmp_path / "data")
+
+
+def test_a_users_resources_module_beside_the_file_is_named(tmp_path) -> None:
+    """The project's own packages are `assets` and `resources`: a user's resources.py beside
+    the experiment file hid the second, and the error named nothing of the user's."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "resources.py").write_text('GPU_TYPE = "h100"\n')
+    script = tmp_path / "exp.py"
+    script.write_text("from assets import sample_corpus\ncorpus = sample_corpus('raw/x')\n")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "PYTHONPATH": repo}
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 1
+    assert (
+        f"ImportError: {tmp_path / 'resources.py'} hides marin-dagster's `resources` package"
+        in proc.stderr
+    ), proc.stderr
