@@ -142,6 +142,9 @@ class StepRunner:
                     action = "refuse"
                 else:
                     action = "run"
+                if action == "run" and refusal:
+                    # nothing runs when a FAILED step is refused; the line below says why
+                    action, state = "skip", f"{state}; the run is refused"
                 if action == "run":
                     runs.add(s.name)
                 print(

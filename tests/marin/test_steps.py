@@ -556,3 +556,27 @@ def test_a_prefix_and_a_storage_resource_together_are_refused(tmp_path):
     with pytest.raises(PlanError, match=r"--prefix and a storage resource both say where"):
         StepRunner(prefix=str(tmp_path / "data")).run([step], resources={"storage": storage})
     assert not (tmp_path / "data").exists() and not (tmp_path / "other").exists()
+
+
+def test_a_refused_dry_run_lists_no_step_as_run(tmp_path, monkeypatch, capsys):
+    """With --force_run_failed false and a FAILED step, nothing runs: the other steps read
+    `run` above the line that said so."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+
+    def broken(config: Cfg) -> None:
+        raise RuntimeError("the step's own error")
+
+    bad = ExecutorStep("t/bad", broken, Cfg(this_output_path(), versioned(1)))
+    fresh = ExecutorStep("t/fresh", noop, Cfg(this_output_path(), versioned(1)))
+    prefix = ["--prefix", str(tmp_path / "data")]
+    with pytest.raises(Exception, match="the step's own error"):
+        executor_main(steps=[bad], argv=prefix)
+    capsys.readouterr()
+    flags = [*prefix, "--dry_run", "--force_run_failed", "false"]
+    assert executor_main(steps=[bad, fresh], argv=flags) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"refuse t/bad-{_version(bad)} (executor_step, FAILED)")
+    assert lines[1].startswith(
+        f"skip   t/fresh-{_version(fresh)} (executor_step, missing; the run is refused)"
+    )
+    assert lines[2].startswith("nothing would run: steps ['t/bad'] FAILED before")
