@@ -553,6 +553,17 @@ def _cmd_import_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    """A TCP port, refused by argparse in one line (99999 ended in OverflowError's traceback)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give 0-65535 (0: any free one)")
+    return port
+
+
 def _location_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
@@ -606,7 +617,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sql.add_argument("--json", action="store_true", help="print the result as JSON")
     sql.add_argument("--serve", action="store_true", help="serve POST /query over HTTP instead")
     sql.add_argument("--host", default="127.0.0.1")
-    sql.add_argument("--port", type=int, default=8765)
+    sql.add_argument("--port", type=_port, default=8765)
     _location_arguments(sql)
 
     export_hf = sub.add_parser(

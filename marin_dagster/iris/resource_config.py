@@ -289,7 +289,11 @@ class ResourceConfig:
                     f"{what}={'16g' if what == 'ram' else '200g'} (units k, m, g, t; b for bytes)"
                 )
             object.__setattr__(self, what, _short_size(size))
-        if not isinstance(self.replicas, int) or self.replicas < 1:
+        if (
+            not isinstance(self.replicas, int)
+            or isinstance(self.replicas, bool)
+            or self.replicas < 1
+        ):
             raise ResourceConfigError(f"replicas={self.replicas!r} must be a positive integer")
         if self.replicas > 1 and isinstance(self.device, CpuConfig):
             # Refused here, not at launch: no launcher could ever run it, whatever the machine.

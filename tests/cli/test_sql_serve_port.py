@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from marin_dagster.cli import main
 from marin_dagster.execution.instance import ensure_home
 
@@ -33,3 +35,13 @@ def test_a_host_not_of_this_machine_is_one_line_and_a_failure(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code != 0
     assert "marin sql: cannot listen on --host 192.0.2.1" in err and "Traceback" not in err
+
+
+def test_a_port_out_of_range_is_one_line(capsys):
+    """--port 99999 ended in OverflowError's traceback."""
+    for port in ("99999", "-1", "http"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["sql", "--serve", "--port", port])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "Traceback" not in err
+        assert f"argument --port: {port!r} is not a port: give 0-65535" in err

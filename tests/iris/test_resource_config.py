@@ -237,3 +237,9 @@ def test_sizes_need_a_unit_in_python_too():
     rc = ResourceConfig(ram="1536b", disk="1.3g")
     assert rc.ram_bytes == 1536
     assert ResourceConfig.parse(rc.to_string()) == rc
+
+
+def test_replicas_true_is_not_one_host():
+    """Python counts True as the integer 1: ResourceConfig(replicas=True) passed."""
+    with pytest.raises(ResourceConfigError, match=r"replicas=True must be a positive integer"):
+        ResourceConfig(replicas=True)
