@@ -371,20 +371,29 @@ def resolve_views(
     `marin/format`) never hides the others: it is logged and reported instead.
     """
     out: list[Dataset | Unavailable | NoView] = []
+    down: str | None = None  # why the storage did not answer, once it has not
     for entry in entries:
+        if down is not None:
+            # Every output is on the one storage: asking again cost each view the client's
+            # whole retry schedule (35 s with gcsfs), minutes before any answer.
+            out.append(Unavailable(entry.name, down))
+            continue
         try:
             dataset = resolve_dataset(prefix, entry)
             view = dataset or _no_view(prefix, entry)
         except (ValueError, OSError) as e:
-            reason = (
-                f"cannot reach the storage ({type(e).__name__}: {e}); check that it is up and "
-                "reachable, then query again"
-                if fs.unreachable(e)
-                else f"{e}; fix or remove that file, or rematerialize {entry.name}"
-            )
+            if fs.unreachable(e):
+                down = reason = (
+                    f"cannot reach the storage ({type(e).__name__}: {e}); check that it is up "
+                    "and reachable, then query again"
+                )
+            else:
+                reason = f"{e}; fix or remove that file, or rematerialize {entry.name}"
             logger.warning(f"ducky: no view {entry.name!r}: {reason}")
             view = Unavailable(entry.name, reason)
         out.append(view)
+    if down is not None and len(out) > 1:
+        logger.warning(f"ducky: not asked for the other {len(out) - 1} view(s): {down}")
     return out
 
 
