@@ -334,6 +334,16 @@ def _run_evaluate(
     )
     as_dict = evaluate_to_dict(results)
     fs.write_json(fs.join(output_path, "eval.json"), as_dict)
+    # The same as rows, which `marin sql` shows as the asset's table (it reads no plain .json):
+    # evaluations of several checkpoints compared in one query.
+    checkpoint = fs.basename(inputs["checkpoint"])
+    rows = [{"checkpoint": checkpoint, "dataset": name, **r} for name, r in as_dict.items()]
+    fs.write_bytes(
+        fs.join(output_path, "eval.jsonl"),
+        "".join(
+            json.dumps({k: v for k, v in row.items() if k != "name"}) + "\n" for row in rows
+        ).encode(),
+    )
     meta: dict[str, Any] = {"results": dg.MetadataValue.json(as_dict)}
     for name, r in results.items():
         meta[f"{name}/loss"] = round(r.loss, 4)

@@ -105,6 +105,19 @@ def test_train_lm_and_evaluate_assets(tmp_path, downloads):
         ev_meta = _meta(result, ev)
         assert ev_meta["tokenized/shakespeare/loss"] > 0
         assert ev_meta["tokenized/shakespeare/bits_per_byte"] > 0
+    # The evaluation is a table `marin sql` shows (it showed "holds no ... files").
+    from marin_dagster.ducky import AssetEntry, connect, resolve_catalog
+
+    prefix = str(tmp_path / "data")
+    entry = AssetEntry("eval/tiny-shakespeare", "evaluate", ev.code_versions_by_key[ev.key])
+    (view,) = resolve_catalog(prefix, [entry])
+    rows = (
+        connect([view], prefix)
+        .execute('SELECT checkpoint, dataset, loss FROM "eval/tiny-shakespeare"')
+        .fetchall()
+    )
+    assert [row[:2] for row in rows] == [(fs.basename(meta["path"]), "tokenized/shakespeare")]
+    assert round(rows[0][2], 4) == ev_meta["tokenized/shakespeare/loss"]  # metadata's rounded
 
 
 def test_compute_dtype_is_in_the_version_and_reaches_the_model(tmp_path, downloads):
