@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from marin_dagster import fs
-
-ORIGINS_FILE = ".origins.json"
+from marin_dagster.execution.status import ORIGINS_FILE
 
 
 def write_origins(output_path: str, origins: Mapping[str, str]) -> None:

@@ -27,6 +27,15 @@ LOCK_FILE = ".lock.json"
 PREVIOUS_DIR = ".previous"
 """The output a rebuild replaces, until it succeeds (`execution/previous.py`)."""
 EXECUTOR_FILES = frozenset({STATUS_FILE, MANIFEST_FILE, LOCK_FILE})
+EXECUTOR_INFO_FILE = ".executor_info"
+"""A Marin step's record of what ran: its config (plain values too), function, description."""
+ORIGINS_FILE = ".origins.json"
+"""Where a step's copied files came from (`execution/origins.py`)."""
+# Files that say how an output was made, not what it holds: in its manifest, out of its data
+# version. A plain config value, the command that ran the step (its function is
+# `__main__.f` under `python exp.py`, `exp.f` under `dagster`) or a moved source changed the
+# data version, and the steps after it were rebuilt for the same data.
+PROVENANCE_FILES = frozenset({EXECUTOR_INFO_FILE, ORIGINS_FILE})
 
 
 class StepStatus(enum.StrEnum):
@@ -111,11 +120,9 @@ def build_manifest(output_path: str) -> dict[str, Any]:
 def data_version_of(manifest: dict[str, Any], data_folder: str | None = None) -> str:
     """A digest of the output's files, or of those under `data_folder` alone: what the steps
     after it read (a dedup's documents/, not its attributes and counts)."""
+    files = {rel: f for rel, f in manifest["files"].items() if rel not in PROVENANCE_FILES}
     if data_folder is not None:
-        manifest = {
-            "files": {
-                rel: f for rel, f in manifest["files"].items() if rel.startswith(data_folder + "/")
-            }
-        }
+        files = {rel: f for rel, f in files.items() if rel.startswith(data_folder + "/")}
+    manifest = {"files": files}
     payload = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

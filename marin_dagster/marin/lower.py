@@ -30,11 +30,11 @@ from marin_dagster.execution.asset import (
     step_for,
     versioned_asset,
 )
+from marin_dagster.execution.status import EXECUTOR_INFO_FILE
 from marin_dagster.execution.version import canonical
 from marin_dagster.marin.step import ExecutorStep, InputName, OutputName, VersionedValue
 
 KIND = "executor_step"
-EXECUTOR_INFO = ".executor_info"
 PACKAGE = "marin-dagster"
 
 # Keyed by id(step); the step is kept alive with its asset so an id is never reused.
@@ -262,7 +262,7 @@ def _runner(step: ExecutorStep, nonblocking: Mapping[str, Step]) -> Any:
         pseudo = {r: storage.output_path(s.name, s.version) for r, s in nonblocking.items()}
         config = instantiate(step.config, {**pseudo, **inputs}, output_path, storage.root)
         fs.write_json(
-            fs.join(output_path, EXECUTOR_INFO),
+            fs.join(output_path, EXECUTOR_INFO_FILE),
             {
                 "name": step.name,
                 "fn": _qualname(step.fn),

@@ -580,3 +580,39 @@ def test_a_refused_dry_run_lists_no_step_as_run(tmp_path, monkeypatch, capsys):
         f"skip   t/fresh-{_version(fresh)} (executor_step, missing; the run is refused)"
     )
     assert lines[2].startswith("nothing would run: steps ['t/bad'] FAILED before")
+
+
+def _write_doc(config: Cfg) -> None:
+    with open(os.path.join(config.output, "doc.txt"), "w") as f:
+        f.write(f"n={config.n}")
+
+
+def test_a_plain_value_changed_does_not_rebuild_the_steps_after_a_rebuilt_step(
+    tmp_path, monkeypatch
+):
+    """`.executor_info` (which records plain values, and the function as `__main__.f` or
+    `exp.f` by command) was in the data version: a step rebuilt with the same data but
+    another plain value made the steps after it rebuild."""
+    import shutil
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    prefix = ["--prefix", str(tmp_path / "data")]
+
+    def chain(workers: int) -> tuple[ExecutorStep, ExecutorStep]:
+        a = ExecutorStep("t/pa", _write_doc, Cfg(this_output_path(), versioned(1), workers))
+        b = ExecutorStep(
+            "t/pb", noop, Cfg(this_output_path(), versioned(1), inputs=(output_path_of(a),))
+        )
+        return a, b
+
+    a, b = chain(workers=1)
+    executor_main(steps=[b], argv=prefix)
+    a_out = tmp_path / "data" / f"t/pa-{_version(a)}"
+    b_out = str(tmp_path / "data" / f"t/pb-{_version(b)}")
+    built = read_status(b_out)
+    shutil.rmtree(a_out)
+    a, b = chain(workers=9)
+    executor_main(steps=[b], argv=prefix)
+    assert json.loads((a_out / ".executor_info").read_text())["config"]["workers"] == 9
+    assert read_status(str(a_out)).status == StepStatus.SUCCESS
+    assert read_status(b_out) == built, "the step after it was rebuilt"
