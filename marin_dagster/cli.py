@@ -63,11 +63,21 @@ def _load_module(python_file: str | None, module_name: str | None) -> Any:
     if not os.path.isfile(path):
         raise LocationError(f"-f {python_file}: no such file")
     name = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
-    sys.path.insert(0, os.path.dirname(path))  # the file's own imports of its neighbours
+    # The file's own imports of its neighbours, and, as Dagster's -f (its working directory),
+    # of packages in the folder it runs from (`from experiments.defaults import ...`).
+    for folder in (os.getcwd(), os.path.dirname(path)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except ImportError as e:
+        raise LocationError(
+            f"-f {python_file}: {type(e).__name__}: {e} (imports resolve from the file's folder "
+            f"and from {os.getcwd()}, the folder this runs in)"
+        ) from e
     return module
 
 

@@ -191,3 +191,39 @@ def test_storage_that_does_not_answer_is_said_in_one_line(tmp_path) -> None:
     assert done.returncode == 2, done.stderr
     assert "marin status: cannot reach the storage of gs://nowhere/data" in done.stderr
     assert "STORAGE_EMULATOR_HOST" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_experiment_in_a_package_loads_as_dagster_loads_it(tmp_path, capsys, monkeypatch):
+    """Marin's layout: experiments/exp.py imports `experiments.defaults`, run from the folder
+    above. `dagster ... -f experiments/exp.py` loads it (its working directory is importable);
+    `marin status -f` failed with a traceback: No module named 'experiments'."""
+    package = tmp_path / "proj" / "marin_pkg_exps"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    source = tmp_path / "notes.jsonl"
+    source.write_text(json.dumps({"text": "a note"}) + "\n")
+    (package / "defaults.py").write_text(f"SOURCE = {str(source)!r}\n")
+    (package / "exp.py").write_text(
+        "from assets import dataset\n"
+        "from marin_pkg_exps.defaults import SOURCE\n"
+        "notes = dataset('raw/notes', SOURCE)\n"
+    )
+    (package / "broken.py").write_text("from marin_pkg_exps.nowhere import SOURCE\n")
+    monkeypatch.chdir(tmp_path / "proj")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": ensure_home(str(tmp_path / "h"))}
+    try:
+        row, _ = _status(capsys, monkeypatch, "marin_pkg_exps/exp.py", env)
+        assert row["status"] == "missing"
+        code, _, err = in_process(
+            capsys, monkeypatch, "status", "-f", "marin_pkg_exps/broken.py", env=env
+        )
+        assert code == 2 and "Traceback" not in err
+        assert (
+            "marin status: -f marin_pkg_exps/broken.py: ModuleNotFoundError: No module named "
+            f"'marin_pkg_exps.nowhere' (imports resolve from the file's folder and from "
+            f"{tmp_path / 'proj'}" in err
+        ), err
+    finally:
+        for name in [m for m in sys.modules if m.startswith("marin_pkg_exps")]:
+            del sys.modules[name]
