@@ -107,6 +107,7 @@ class Experiment:
             )
         from resources import local_resources
 
+        _warn_unplaced(self.leaves)
         instance = instance or persistent_instance()
         # A run of this process killed outright (kill -9, a closed terminal) never records its
         # end: it stayed STARTED, holding one of the daemon's run slots, until none was left
@@ -136,6 +137,24 @@ class Experiment:
                 raise KeyboardInterrupt(str(failed)) from None
             raise failed
         return result
+
+
+def _warn_unplaced(leaves: Sequence[dg.AssetsDefinition]) -> None:
+    """A run in this process places no step: an accelerator or multi-host request is the Iris
+    executor's to honour, and the script ran such steps without a word."""
+    from marin_dagster.iris import ResourceConfig
+
+    asks = []
+    for step in upstream_closure(leaves):
+        request = ResourceConfig.from_op_tags(step.asset.op.tags)
+        if request.needs_accelerator or request.replicas > 1:
+            asks.append(f"{step.name} ({request.to_string()})")
+    if asks:
+        logger.warning(
+            "a run from a script runs every step in this process, on the devices it sees: "
+            f"{', '.join(asks)} asked for more, which only the Iris executor places "
+            "(dagster job execute -f <file> -j <job>)"
+        )
 
 
 class StepsFailedError(Exception):

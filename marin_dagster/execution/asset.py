@@ -230,8 +230,9 @@ class DuplicateAssetError(ValueError):
 
         super().__init__(
             f"asset {first.name!r} is defined twice with {what}{where}: at {at(first)} and at "
-            f"{at(second)}. One name is one output; rename one of them, or reuse one "
-            "definition in both places"
+            f"{at(second)}. One name is one output, one Dagster asset (where Marin keeps a "
+            "name-<hash> output per config): give each its own name, such as "
+            f"'{first.name}-<what differs>', or reuse one definition in both places"
         )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import dagster as dg
 
 from assets.experiment import Experiment
-from marin_dagster.execution.asset import Step, upstream_closure
+from marin_dagster.execution.asset import DuplicateAssetError, Step, upstream_closure
 from marin_dagster.execution.script import refuse_import_time_run
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.marin.lower import lower
@@ -234,5 +234,5 @@ def executor_main(
             instance=instance,
             resources=resources,
         )
-    except PlanError as e:
+    except (PlanError, DuplicateAssetError) as e:
         parser.exit(2, f"{parser.prog}: error: {e}\n")  # a flag's mistake, not a traceback

@@ -29,6 +29,23 @@ def test_materialize_overrides_only_the_resources_given(tmp_path, monkeypatch) -
     assert list((tmp_path / "data" / "raw").glob("override-notes-*/.status.json"))
 
 
+def test_a_script_run_says_it_places_no_accelerator_request(tmp_path, monkeypatch, caplog):
+    """`python exp.py` ran a step asking for GPUs or several hosts in its own process, as
+    asked for nothing: Marin's executor places steps by their resources."""
+    import logging
+
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "data"))
+    src = tmp_path / "notes.jsonl"
+    src.write_text(json.dumps({"id": "a", "text": "a note"}) + "\n")
+    raw = dataset("raw/gpu-notes", str(src), resources="gpu:2 replicas=2")
+    with dg.instance_for_test() as instance, caplog.at_level(logging.WARNING):
+        assert Experiment("gpu_notes", leaves=[raw]).materialize(instance=instance).success
+    assert (
+        "runs every step in this process, on the devices it sees: raw/gpu-notes (gpu:2 "
+        "replicas=2) asked for more, which only the Iris executor places" in caplog.text
+    )
+
+
 def test_a_run_that_fails_before_its_steps_says_why(tmp_path, monkeypatch) -> None:
     """Storage that cannot be written fails the run in a resource, before any step: the
     error said "its step(s) failed; ... the other steps ran", true of nothing, and named no

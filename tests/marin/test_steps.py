@@ -616,3 +616,17 @@ def test_a_plain_value_changed_does_not_rebuild_the_steps_after_a_rebuilt_step(
     assert json.loads((a_out / ".executor_info").read_text())["config"]["workers"] == 9
     assert read_status(str(a_out)).status == StepStatus.SUCCESS
     assert read_status(b_out) == built, "the step after it was rebuilt"
+
+
+def test_one_name_for_two_configs_is_a_flag_style_error_with_the_fix(tmp_path, monkeypatch, capsys):
+    """A Marin sweep of one step name (Marin keeps name-<hash> per config) ended in a
+    DuplicateAssetError traceback; it is the script's one-line error, with the fix."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    sweep = [ExecutorStep("t/sweep", noop, Cfg(this_output_path(), versioned(n))) for n in (1, 2)]
+    with pytest.raises(SystemExit) as exit_:
+        executor_main(steps=sweep, argv=["--prefix", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert "asset 't/sweep' is defined twice with different configs" in err
+    assert "give each its own name, such as 't/sweep-<what differs>'" in err
+    assert not (tmp_path / "data").exists()
