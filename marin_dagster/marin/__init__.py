@@ -9,7 +9,7 @@ Marin's version and skip; the file is a script (`python exp.py`) and a code loca
 
 from marin_dagster.iris import ResourceConfig
 from marin_dagster.marin.lower import instantiate, lower
-from marin_dagster.marin.runner import StepRunner, executor_main
+from marin_dagster.marin.runner import ExecutorMainConfig, StepRunner, executor_main
 from marin_dagster.marin.step import (
     ExecutorStep,
     InputName,
@@ -23,6 +23,7 @@ from marin_dagster.marin.step import (
 )
 
 __all__ = [
+    "ExecutorMainConfig",
     "ExecutorStep",
     "InputName",
     "OutputName",

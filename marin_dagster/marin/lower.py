@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 import dagster as dg
 import pydantic
+from packaging.requirements import InvalidRequirement, Requirement
 
 from marin_dagster import fs
 from marin_dagster.execution.asset import (
@@ -52,6 +53,10 @@ def lower(step: Any) -> dg.AssetsDefinition:
     if isinstance(step, dg.AssetsDefinition):
         step_for(step)  # not a factory's asset: say so here, not when it runs
         return step
+    if isinstance(step, InputName) and step.step is not None and step.block_on_step:
+        step = step.step  # Marin runs the step of `output_path_of(step, ...)` given as a step
+    if isinstance(step, dg.AssetsDefinition):
+        return lower(step)
     if isinstance(step, ExecutorStep):
         known = _LOWERED.get(id(step))
         if known is None:
@@ -155,7 +160,24 @@ def _upstream_asset(step: ExecutorStep, path: str, target: Any) -> dg.AssetsDefi
     )
 
 
+def _remote(fn: Any) -> Any:
+    """The `.remote` of a `@ray.remote` function, None for a plain one."""
+    return getattr(fn, "remote", None) if type(fn).__module__.startswith("ray.") else None
+
+
+def _call(fn: Any, config: Any) -> Any:
+    """`fn(config)`; a `@ray.remote` function runs as a Ray task, waited for, as Marin runs it
+    (called directly, Ray refuses: "Remote functions cannot be called directly")."""
+    remote = _remote(fn)
+    if remote is None:
+        return fn(config)
+    import ray
+
+    return ray.get(remote(config))
+
+
 def _qualname(fn: Any) -> str:
+    fn = getattr(fn, "_function", fn) if _remote(fn) else fn  # the function Ray wraps
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
@@ -230,12 +252,24 @@ def check_dependency_groups(name: str, groups: Any) -> None:
     for group in groups or ():
         required = _requirements_of(group)
         if required is None:
-            known = importlib.metadata.metadata(PACKAGE).get_all("Provides-Extra") or []
-            raise dg.Failure(
-                f"step {name}: pip dependency group {group!r} is not an extra of {PACKAGE} "
-                f"(extras: {', '.join(known) or 'none'}); add it to [project.optional-dependencies] "
-                "in pyproject.toml or drop it from pip_dependency_groups"
-            )
+            # Not an extra: a package, as Marin also takes ("lm-eval>=0.4").
+            try:
+                package = Requirement(group).name
+            except InvalidRequirement:
+                known = importlib.metadata.metadata(PACKAGE).get_all("Provides-Extra") or []
+                raise dg.Failure(
+                    f"step {name}: pip dependency group {group!r} is neither an extra of "
+                    f"{PACKAGE} (extras: {', '.join(known) or 'none'}) nor a pip requirement; "
+                    "fix it or drop it from pip_dependency_groups"
+                ) from None
+            try:
+                importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                raise dg.Failure(
+                    f"step {name}: pip dependency {group!r} is not installed here (steps run "
+                    f"in this environment); run `pip install '{group}'` and rerun"
+                ) from None
+            continue
         missing = []
         for requirement in required:
             try:
@@ -276,7 +310,7 @@ def _runner(step: ExecutorStep, nonblocking: Mapping[str, Step]) -> Any:
             },
         )
         context.log.info(f"{step.name}: {_qualname(step.fn)}(config) -> {output_path}")
-        step.fn(config)
+        _call(step.fn, config)
         return {"fn": _qualname(step.fn), "dependencies": len(inputs)}
 
     return run

@@ -9,6 +9,7 @@ version is skipped, as in Marin.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -162,6 +163,25 @@ class StepRunner:
         return experiment.materialize(force=force, resources=resources, instance=instance)
 
 
+@dataclasses.dataclass(frozen=True)
+class ExecutorMainConfig:
+    """Marin's `executor_main` settings in code; the command line's flags override them."""
+
+    prefix: str | None = None
+    executor_info_base_path: str | None = None
+    dry_run: bool = False
+    force_run_failed: bool = True
+    run_only: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.executor_info_base_path is not None:
+            raise ValueError(
+                "ExecutorMainConfig.executor_info_base_path is not supported: each step's "
+                "record of what ran is its output's .executor_info (marin status shows the "
+                "outputs); drop it"
+            )
+
+
 def _bool(text: str) -> bool:
     try:
         return parse_bool(text)
@@ -220,6 +240,13 @@ def executor_main(
         default=True,
         help="rerun steps whose last attempt FAILED (default: true; false refuses to run)",
     )
+    if isinstance(config, ExecutorMainConfig):
+        parser.set_defaults(
+            prefix=config.prefix,
+            dry_run=config.dry_run,
+            force_run_failed=config.force_run_failed,
+            run_only=config.run_only,
+        )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     steps = list(getattr(config, "steps", None) or steps)
     if not steps:

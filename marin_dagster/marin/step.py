@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from marin_dagster.execution.asset import caller_frame, check_name
 from marin_dagster.iris import ResourceConfig
+from marin_dagster.words import checked_keywords
 
 T = TypeVar("T")
 ConfigT = TypeVar("ConfigT")
@@ -103,6 +104,7 @@ def this_output_path(name: str | None = None) -> OutputName:
 
 
 # eq=False: steps are compared and hashed by identity, as Marin's graph is built by reference.
+@checked_keywords
 @dataclasses.dataclass(frozen=True, eq=False)
 class ExecutorStep(Generic[ConfigT]):
     """One step of an experiment: `fn(config)` writes `{prefix}/{name}-{version}`.
@@ -119,11 +121,21 @@ class ExecutorStep(Generic[ConfigT]):
     description: str | None = None
     pip_dependency_groups: Sequence[str] | None = None
     resources: ResourceConfig | str | None = None
+    override_output_path: str | None = None
+    """Marin's fixed output folder: refused, as outputs here are found by name and version."""
     defined_at: str = dataclasses.field(default="", init=False, repr=False)
     """`file:line` of the experiment's code that built the step, for errors naming it."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
+        if self.override_output_path is not None:
+            # Skipping, resuming and `output_path_of` find an output at {name}-{version}; a
+            # folder of the user's choosing would be found by none of them.
+            raise TypeError(
+                f"ExecutorStep({self.name!r}): override_output_path is not supported; outputs "
+                "are {prefix}/{name}-{version}, which is how a rerun finds and skips them. "
+                "Drop it, and read the output with output_path_of(step) (or `marin status`)"
+            )
         # Here, not when the step is lowered: that happens in executor_main or in Dagster's
         # loading of the file, neither of which is where a clash must be fixed.
         frame = caller_frame()
