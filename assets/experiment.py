@@ -195,10 +195,12 @@ class StepsFailedError(Exception):
                 "what was stopped resumes"
             )
         else:
+            others = len(set(steps) - set(failures) - set(skipped))
+            ran = f"; the other {others} step(s) ran" if others else ""
             message = (
-                f"run {result.run_id}: {len(failures) or 'its'} step(s) failed{after}; the "
-                "other steps ran. Their logs are in the run's log (dagster dev shows it); fix "
-                "what failed and run again: what succeeded is skipped.\n" + "\n".join(lines)
+                f"run {result.run_id}: {len(failures) or 'its'} step(s) failed{after}{ran}. "
+                "The run's log (dagster dev shows it) has each step's; fix what failed and run "
+                "again: what succeeded is skipped.\n" + "\n".join(lines)
             )
         super().__init__(message)
 

@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 
 from assets.experiment import Experiment
+from marin_dagster import fs
 from marin_dagster.execution.asset import DuplicateAssetError, Step, upstream_closure
 from marin_dagster.execution.script import refuse_import_time_run
 from marin_dagster.execution.status import StepStatus, read_status
@@ -100,7 +101,17 @@ class StepRunner:
             problem = prefix_problem(storage.root)
         except StorageError as e:
             raise PlanError(str(e)) from None
-        states = {s.name: read_status(storage.output_path(s.name, s.version)) for s in plan}
+        try:
+            states = {s.name: read_status(storage.output_path(s.name, s.version)) for s in plan}
+        except Exception as e:
+            if not fs.unreachable(e):
+                raise
+            # gcsfs's retries end in 30 frames of aiohttp: say what to check instead
+            raise PlanError(
+                f"cannot reach the storage of {storage.root} ({type(e).__name__}: {e}); check "
+                "that it is up and reachable (the network, credentials, STORAGE_EMULATOR_HOST "
+                "for an emulator)"
+            ) from None
         failed = [
             s.name for s in plan if states[s.name] and states[s.name].status == StepStatus.FAILED
         ]

@@ -38,6 +38,10 @@ class VersionedValue(Generic[T]):
 
 
 def versioned(value: T) -> VersionedValue[T]:
+    if isinstance(value, InputName | OutputName):
+        # A reference is versioned already (its step's version enters this one's); wrapped,
+        # it failed as "cannot version a value of type function", naming the step's fn.
+        return value  # type: ignore[return-value]
     return value if isinstance(value, VersionedValue) else VersionedValue(value)
 
 

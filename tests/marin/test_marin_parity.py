@@ -89,3 +89,21 @@ def test_a_ray_remote_function_runs_as_a_ray_task(tmp_path, monkeypatch, ray_clu
     with open(os.path.join(out, "n.txt")) as f:
         assert f.read() == "3"
     assert read_status(out).metadata["fn"] == f"{__name__}.write_n"
+
+
+def test_a_versioned_reference_is_the_reference():
+    """`versioned(output_path_of(step))` failed: "cannot version a value of type function",
+    naming the upstream step's fn. A reference's step version enters the version anyway."""
+    from marin_dagster.execution.asset import step_for
+
+    @dataclasses.dataclass(frozen=True)
+    class Reads:
+        output: str
+        source: object
+
+    up = ExecutorStep("parity/up", write_n, Cfg(this_output_path(), versioned(1)))
+    wrapped = ExecutorStep(
+        "parity/down", write_n, Reads(this_output_path(), versioned(output_path_of(up)))
+    )
+    plain = ExecutorStep("parity/down", write_n, Reads(this_output_path(), output_path_of(up)))
+    assert step_for(lower(wrapped)).version == step_for(lower(plain)).version

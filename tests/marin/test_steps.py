@@ -336,7 +336,7 @@ def test_a_failed_step_does_not_stop_the_steps_that_do_not_depend_on_it(tmp_path
     with pytest.raises(StepsFailedError) as err:
         executor_main(steps=[after, good], argv=["--prefix", prefix])
     message = str(err.value)
-    assert "1 step(s) failed; skipped after them: t__after" in message, message
+    assert "1 step(s) failed; skipped after them: t__after; the other 1 step(s) ran." in message
     assert "t__bad: RuntimeError: the step's own error" in message
     good_out = f"{prefix}/t/good-{step_for(lower(good)).version}"
     assert read_status(good_out).status == StepStatus.SUCCESS
@@ -569,8 +569,9 @@ def test_a_refused_dry_run_lists_no_step_as_run(tmp_path, monkeypatch, capsys):
     bad = ExecutorStep("t/bad", broken, Cfg(this_output_path(), versioned(1)))
     fresh = ExecutorStep("t/fresh", noop, Cfg(this_output_path(), versioned(1)))
     prefix = ["--prefix", str(tmp_path / "data")]
-    with pytest.raises(Exception, match="the step's own error"):
+    with pytest.raises(Exception, match="the step's own error") as err:
         executor_main(steps=[bad], argv=prefix)
+    assert "1 step(s) failed. The run's log" in str(err.value), "no other step ran"
     capsys.readouterr()
     flags = [*prefix, "--dry_run", "--force_run_failed", "false"]
     assert executor_main(steps=[bad, fresh], argv=flags) is None
@@ -630,3 +631,25 @@ def test_one_name_for_two_configs_is_a_flag_style_error_with_the_fix(tmp_path, m
     assert "asset 't/sweep' is defined twice with different configs" in err
     assert "give each its own name, such as 't/sweep-<what differs>'" in err
     assert not (tmp_path / "data").exists()
+
+
+def test_storage_that_does_not_answer_is_the_dry_runs_one_line(tmp_path, monkeypatch, capsys):
+    """A gs:// prefix whose server is down: after gcsfs's retries (about 35 s, waited out
+    here) the dry run ended in an aiohttp traceback."""
+    import gcsfs
+
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
+    gcsfs.GCSFileSystem.clear_instance_cache()  # one made for the tests' live emulator
+    step = ExecutorStep("t/down", noop, Cfg(this_output_path(), versioned(1)))
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            executor_main(steps=[step], argv=["--prefix", "gs://down-bucket/p", "--dry_run"])
+    finally:
+        gcsfs.GCSFileSystem.clear_instance_cache()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "error: cannot reach the storage of gs://down-bucket/p (" in err
+    assert "check that it is up and reachable" in err
