@@ -229,11 +229,9 @@ def _running_state(path: str) -> str:
     in between (kill -9, OOM, a lost machine) leaves it so; the lease tells: its holder's
     process on this host is gone, or its heartbeat is older than the lease's stale limit.
     """
-    from marin_dagster.execution.lease import Lease
+    from marin_dagster.execution.lease import holder_gone
 
-    lease = Lease(path)
-    lock = lease.read()
-    return INTERRUPTED if lock is None or lease.is_stale(lock) else "RUNNING"
+    return INTERRUPTED if holder_gone(path) else "RUNNING"
 
 
 def status_rows(

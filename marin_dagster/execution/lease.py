@@ -219,3 +219,12 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def holder_gone(output_path: str) -> bool:
+    """Whether a RUNNING output's writer is gone: no lease, or a stale one (its process on
+    this host ended, or its heartbeat is older than the stale limit). It was killed, and the
+    next run takes the output over."""
+    lease = Lease(output_path)
+    lock = lease.read()
+    return lock is None or lease.is_stale(lock)

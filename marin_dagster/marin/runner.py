@@ -21,6 +21,7 @@ import dagster as dg
 from assets.experiment import Experiment
 from marin_dagster import fs
 from marin_dagster.execution.asset import DuplicateAssetError, Step, upstream_closure
+from marin_dagster.execution.lease import holder_gone
 from marin_dagster.execution.script import refuse_import_time_run
 from marin_dagster.execution.status import StepStatus, read_status
 from marin_dagster.marin.lower import lower
@@ -131,6 +132,10 @@ class StepRunner:
                     continue
                 record = states[s.name]
                 state = record.status.value if record else "missing"
+                if record and record.status == StepStatus.RUNNING:
+                    path = storage.output_path(s.name, s.version)
+                    # as `marin status` says it: a killed run's output, which the run resumes
+                    state = "RUNNING, interrupted" if holder_gone(path) else state
                 reason = s.why_nothing_to_build()
                 after = next((up.name for up in s.upstream.values() if up.name in idle), None)
                 if reason or after:

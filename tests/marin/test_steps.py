@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from marin_dagster.execution.asset import step_for
-from marin_dagster.execution.status import StepStatus, read_status, write_status
+from marin_dagster.execution.status import StatusRecord, StepStatus, read_status, write_status
 from marin_dagster.marin import (
     ExecutorStep,
     InputName,
@@ -653,3 +653,18 @@ def test_storage_that_does_not_answer_is_the_dry_runs_one_line(tmp_path, monkeyp
     assert exit_.value.code == 2
     assert "error: cannot reach the storage of gs://down-bucket/p (" in err
     assert "check that it is up and reachable" in err
+
+
+def test_the_dry_run_says_a_killed_steps_output_is_interrupted(tmp_path, monkeypatch, capsys):
+    """`marin status` said `interrupted` where the dry run said plain RUNNING, as if a live
+    run held it. A RUNNING status with no live lease is what a killed run leaves."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    step = ExecutorStep("t/killed", noop, Cfg(this_output_path(), versioned(1)))
+    out = str(tmp_path / "data" / f"t/killed-{_version(step)}")
+    write_status(out, StatusRecord(StepStatus.RUNNING, _version(step)))
+    assert (
+        executor_main(steps=[step], argv=["--prefix", str(tmp_path / "data"), "--dry_run"]) is None
+    )
+    assert capsys.readouterr().out.startswith(
+        f"run    t/killed-{_version(step)} (executor_step, RUNNING, interrupted) -> {out}"
+    )
