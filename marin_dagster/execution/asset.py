@@ -14,6 +14,7 @@ import logging
 import re
 import shlex
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ import dagster as dg
 import pydantic
 
 from marin_dagster import fs
+from marin_dagster.execution.lease import LeaseSettings, holder_gone
 from marin_dagster.execution.origins import note_origins
 from marin_dagster.execution.status import StatusRecord, StepStatus, read_status
 from marin_dagster.execution.step import changed_inputs, execute_step
@@ -440,17 +442,30 @@ def _check_loaded_version(context: dg.AssetExecutionContext, name: str, version:
         )
 
 
+def _being_written(path: str, record: StatusRecord | None) -> bool:
+    return record is not None and record.status == StepStatus.RUNNING and not holder_gone(path)
+
+
 def _input_paths(
-    storage: Any, upstream: Mapping[str, Step], location: str, key: dg.AssetKey
+    storage: Any, upstream: Mapping[str, Step], location: str, key: dg.AssetKey, log: Any
 ) -> dict[str, str]:
     """Each input's output folder; one not built fails, saying how to build this step with
-    everything it needs (`+key`: every missing input, not only the first one found)."""
+    everything it needs (`+key`: every missing input, not only the first one found). One
+    that another live run is writing (a rebuild, a run launched beside this one) is waited
+    for, as a step waits for its own output: it failed, advising to build what was being built."""
     inputs = {}
     for role, up in upstream.items():
         path = storage.output_path(up.name, up.version)
         record = read_status(path)
+        if _being_written(path, record):
+            log.info(f"input {role!r} ({up.name}) is being written by another run: waiting")
+            while _being_written(path, record):
+                time.sleep(LeaseSettings().poll_s)
+                record = read_status(path)
         if record is None or record.status != StepStatus.SUCCESS:
             state = record.status.value if record else "missing"
+            if record is not None and record.status == StepStatus.RUNNING:
+                state = "RUNNING, interrupted (the run writing it was killed)"
             raise dg.Failure(
                 f"input {role!r} ({up.name}) is {state} at {path}; materialize it first, "
                 "e.g. with this step and all it needs: "
@@ -506,7 +521,7 @@ def versioned_asset(
         output_path = storage.output_path(name, version)
         location = _code_location_args(context.run, defined_at)
         _check_loaded_version(context, name, version)
-        inputs = _input_paths(storage, upstream_steps, location, key)
+        inputs = _input_paths(storage, upstream_steps, location, key, context.log)
         force = config.force or _force_tag(context.run.tags)
         run_id = context.run.run_id
         step = StepContext(name, version, run_id, context.log, context.resources, context)

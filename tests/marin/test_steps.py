@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import dagster as dg
 import pytest
@@ -668,3 +669,55 @@ def test_the_dry_run_says_a_killed_steps_output_is_interrupted(tmp_path, monkeyp
     assert capsys.readouterr().out.startswith(
         f"run    t/killed-{_version(step)} (executor_step, RUNNING, interrupted) -> {out}"
     )
+
+
+WRITER = """
+import pathlib, sys, time
+from marin_dagster.execution.step import execute_step
+
+path, version, ready = sys.argv[1:]
+
+def work(out):
+    pathlib.Path(ready).touch()
+    time.sleep(4)
+    (pathlib.Path(out) / "n.txt").write_text("late")
+
+execute_step(path, version, work)
+"""
+
+
+def test_an_input_another_run_is_writing_is_waited_for(tmp_path, monkeypatch):
+    """A forced rebuild of an input (or a run launched beside this one) holds it RUNNING
+    under a live lease: the step after it failed at once, advising to build it."""
+    from resources import local_resources
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    a = ExecutorStep("t/wa", noop, Cfg(this_output_path(), versioned(1)))
+    b = ExecutorStep(
+        "t/wb", noop, Cfg(this_output_path(), versioned(1), inputs=(output_path_of(a),))
+    )
+    a_out = str(tmp_path / "data" / f"t/wa-{_version(a)}")
+    ready = tmp_path / "ready"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, a_out, _version(a), str(ready)],
+        env=subprocess_env(),
+        cwd=REPO,
+    )
+    try:
+        deadline = time.time() + 120
+        while not ready.exists():
+            assert writer.poll() is None and time.time() < deadline, "the writer did not start"
+            time.sleep(0.1)
+        with dg.instance_for_test() as instance:
+            result = dg.materialize(
+                [lower(a), lower(b)],
+                selection=[lower(b).key],
+                instance=instance,
+                resources=local_resources(str(tmp_path / "data")),
+            )
+        assert result.success
+        assert writer.wait(60) == 0
+    finally:
+        writer.kill()
+    assert read_status(a_out).status == StepStatus.SUCCESS
+    assert read_status(str(tmp_path / "data" / f"t/wb-{_version(b)}")).status == StepStatus.SUCCESS
