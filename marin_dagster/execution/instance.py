@@ -72,6 +72,19 @@ def run_process_tags() -> dict[str, str]:
     return tags
 
 
+def _inherited(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """Whether `run`'s process tags are its parent's: a re-execution copies the parent's tags,
+    so a new run named the parent's finished process until its executor retagged it, and
+    in between it looked orphaned."""
+    if not run.parent_run_id:
+        return False
+    parent = instance.get_run_by_id(run.parent_run_id)
+    return parent is not None and all(
+        parent.tags.get(tag) == run.tags.get(tag)
+        for tag in (RUN_PID_TAG, RUN_HOST_TAG, RUN_PROCESS_START_TAG)
+    )
+
+
 def fail_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
     """End the runs whose driving process on this host is gone; returns their run ids.
 
@@ -95,7 +108,7 @@ def fail_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
             continue
         started_tag = run.tags.get(RUN_PROCESS_START_TAG)
         started = int(started_tag) if started_tag and started_tag.isdigit() else None
-        if not process_gone(pid, started):
+        if not process_gone(pid, started) or _inherited(instance, run):
             continue
         message = (
             f"The process driving this run (pid {pid} on {host}) is gone: it was killed or "

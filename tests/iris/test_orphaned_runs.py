@@ -193,3 +193,32 @@ def test_sweep_fails_only_runs_whose_process_on_this_host_is_gone(instance):
     for run_id in (alive, elsewhere, untagged):
         assert status[run_id] == dg.DagsterRunStatus.STARTED
     assert fail_orphaned_runs(instance) == []
+
+
+def test_a_reexecution_still_carrying_its_parents_tags_is_not_orphaned():
+    """Dagster copies a run's tags into its re-execution: until the new run's executor
+    retags it, it names the parent's finished process, and looked orphaned to
+    `fail_orphaned_runs` (which every run's executor and `marin status` call)."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    tags = {RUN_PID_TAG: str(gone.pid), RUN_HOST_TAG: socket.gethostname()}
+    with dg.instance_for_test() as instance:
+        parent, child, orphan = (str(uuid.uuid4()) for _ in range(3))
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="j", run_id=parent, status=dg.DagsterRunStatus.FAILURE, tags=tags
+            )
+        )
+        for run_id, parent_id in ((child, parent), (orphan, None)):
+            instance.add_run(
+                dg.DagsterRun(
+                    job_name="j",
+                    run_id=run_id,
+                    status=dg.DagsterRunStatus.STARTED,
+                    tags=tags,
+                    parent_run_id=parent_id,
+                    root_run_id=parent_id,
+                )
+            )
+        assert fail_orphaned_runs(instance) == [orphan]
+        assert instance.get_run_by_id(child).status == dg.DagsterRunStatus.STARTED
