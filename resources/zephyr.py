@@ -54,11 +54,12 @@ def zephyr_metadata(
 class ZephyrResource(dg.ConfigurableResource):
     """How Zephyr pipelines run: worker count, backend, shuffle memory budget."""
 
-    max_workers: int = 2
+    # Bounded: 0 workers was accepted, run with 1, and reported as 0 in the metadata.
+    max_workers: int = pydantic.Field(2, ge=1)
     backend: Literal["local", "ray", "inline"] = "local"
-    memory_budget: int = DEFAULT_MEMORY_BUDGET
-    max_shard_failures: int = 3
-    log_every_shards: int = 0
+    memory_budget: int = pydantic.Field(DEFAULT_MEMORY_BUDGET, ge=1)
+    max_shard_failures: int = pydantic.Field(3, ge=1)
+    log_every_shards: int = pydantic.Field(0, ge=0)
     """Log a progress line every N finished shards (0: at 0%, 25%, 50%, 75% and 100%)."""
 
     @pydantic.field_validator("backend")

@@ -91,3 +91,20 @@ def test_ray_missing_is_said_when_the_resource_is_built(monkeypatch) -> None:
     assert "pip install 'marin-dagster[ray]'" in str(result.all_events), result.all_events
     # the local backends do not need it
     assert ZephyrResource(backend="local").backend == "local"
+
+
+def test_zero_workers_is_refused_not_run_as_one(capsys) -> None:
+    """max_workers: 0 was accepted, run with one worker, and reported as 0."""
+    with pytest.raises(pydantic.ValidationError, match="greater than or equal to 1"):
+        ZephyrResource(max_workers=0)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [_noop],
+            resources={"zephyr": ZephyrResource.configure_at_launch()},
+            run_config={"resources": {"zephyr": {"config": {"max_workers": 0}}}},
+            instance=instance,
+            raise_on_error=False,
+        )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE")
+    assert "max_workers" in str(failure.event_specific_data.error)
