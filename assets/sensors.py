@@ -128,7 +128,8 @@ def watched_folder_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description=f"Runs {experiment.name}'s assets below {folder_step.name} when files under "
-        f"{path} are added, changed or deleted.",
+        f"{path} are added, changed or deleted; not when none is left: what was built from "
+        "them stays as it is.",
     )
     def sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         cursor = WatchCursor.parse(context.cursor)

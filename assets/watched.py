@@ -6,7 +6,8 @@
 `watched_folder` is an observable source asset: observing it hashes the
 folder's files (the content hash is its data version). An experiment that
 lists an asset below it gets a sensor (`assets/sensors.py`) that requests
-a run of those assets when files are added, changed or deleted.
+a run of those assets when files are added, changed or deleted (none when the last
+one goes: what was built from them stays).
 
 `folder_corpus` turns the folder's text files into JSONL shards
 `{id, text, source}` (id: the file's path relative to the folder; source: the
