@@ -194,20 +194,28 @@ def _last_materialization(instance: Any, step: Any, path: str) -> str:
     whose output was elsewhere does not count either, or a missing output would show a run.
     """
     wanted = step.asset.code_versions_by_key.get(step.asset.key)
+    # A run that skips the step materializes it too: the run that built it is the one to show
+    # (a skip's, marked so, only when no build of this output is in the history).
+    skip = None
     cursor = None
     while True:
         page = instance.fetch_materializations(step.asset.key, limit=100, cursor=cursor)
         for record in page.records:
             event = record.event_log_entry
+            metadata = event.asset_materialization.metadata
             tags = event.asset_materialization.tags or {}
-            where = event.asset_materialization.metadata.get("path")
+            where = metadata.get("path")
             if where is not None and where.value != path:
                 continue
             if wanted is None or tags.get(CODE_VERSION_TAG) == wanted:
                 when = datetime.datetime.fromtimestamp(event.timestamp, datetime.UTC)
-                return f"{when:%Y-%m-%d %H:%M:%S} UTC (run {event.run_id[:8]})"
+                shown = f"{when:%Y-%m-%d %H:%M:%S} UTC (run {event.run_id[:8]})"
+                skipped = metadata.get("skipped")
+                if skipped is None or not skipped.value:
+                    return shown
+                skip = skip or f"{shown}, a skip"
         if not page.has_more:
-            return "-"
+            return skip or "-"
         cursor = page.cursor
 
 

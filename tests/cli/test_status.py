@@ -137,6 +137,18 @@ def test_history_without_dagster_yaml_and_only_this_versions_materialization(
     )
     assert f"marked 1 run(s) whose process on this host is gone as failed: {orphan}" in err
     assert "no Dagster run history" not in err and "dagster.yaml" not in err
+    # A run that skips it materializes it too; the run shown is still the one that built it.
+    again = subprocess.run(
+        [DAGSTER, "asset", "materialize", "-f", first, "--select", "raw/notes_raw"],
+        cwd=REPO,
+        env=subprocess_env(**env, PYTHONWARNINGS="ignore::FutureWarning"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0 and "skipping" in again.stderr, again.stderr[-3000:]
+    row, _ = _status(capsys, monkeypatch, first, env)
+    assert row["last materialization"].endswith(f"(run {run.run_id[:8]})"), row
 
     row, _ = _status(capsys, monkeypatch, second, env)
     assert row["status"] == "missing" and row["last materialization"] == "-"
