@@ -117,14 +117,18 @@ def test_history_without_dagster_yaml_and_only_this_versions_materialization(
     home.mkdir()
     env = {"MARIN_PREFIX": str(tmp_path / "data"), "DAGSTER_HOME": str(home)}
     first, second = _experiment(tmp_path, "v1", 5), _experiment(tmp_path, "v2", 6)
-    done = subprocess.run(
-        [DAGSTER, "asset", "materialize", "-f", first, "--select", "raw/notes_raw"],
-        cwd=REPO,
-        env=subprocess_env(**env, PYTHONWARNINGS="ignore::FutureWarning"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+
+    def materialize() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [DAGSTER, "asset", "materialize", "-f", first, "--select", "raw/notes_raw"],
+            cwd=REPO,
+            env=subprocess_env(**env, PYTHONWARNINGS="ignore::FutureWarning"),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    done = materialize()
     assert done.returncode == 0, done.stderr[-3000:]
     assert not (home / "dagster.yaml").exists()
     with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -138,14 +142,7 @@ def test_history_without_dagster_yaml_and_only_this_versions_materialization(
     assert f"marked 1 run(s) whose process on this host is gone as failed: {orphan}" in err
     assert "no Dagster run history" not in err and "dagster.yaml" not in err
     # A run that skips it materializes it too; the run shown is still the one that built it.
-    again = subprocess.run(
-        [DAGSTER, "asset", "materialize", "-f", first, "--select", "raw/notes_raw"],
-        cwd=REPO,
-        env=subprocess_env(**env, PYTHONWARNINGS="ignore::FutureWarning"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    again = materialize()
     assert again.returncode == 0 and "skipping" in again.stderr, again.stderr[-3000:]
     row, _ = _status(capsys, monkeypatch, first, env)
     assert row["last materialization"].endswith(f"(run {run.run_id[:8]})"), row
