@@ -36,12 +36,14 @@ class IrisResource(_IrisFields):
 
     @staticmethod
     def from_env() -> IrisResource:
-        """MARIN_IRIS_LAUNCHER / _IMAGE / _NAMESPACE / _SERVICE_ACCOUNT / _GPUS (comma list)."""
+        """MARIN_IRIS_LAUNCHER / _IMAGE / _NAMESPACE / _SERVICE_ACCOUNT / _GPUS (comma list) /
+        _GPU_TYPE (of the listed GPUs: a step asking for another type is refused)."""
         gpus = os.environ.get("MARIN_IRIS_GPUS")
         return IrisResource(
             launcher=os.environ.get("MARIN_IRIS_LAUNCHER", "local"),
             inventory=IrisInventory(
-                gpus=[g for g in gpus.split(",") if g] if gpus is not None else None
+                gpus=[g for g in gpus.split(",") if g] if gpus is not None else None,
+                gpu_type=os.environ.get("MARIN_IRIS_GPU_TYPE") or None,
             ),
             kubernetes=IrisKubernetes(
                 image=os.environ.get("MARIN_IRIS_IMAGE") or None,

@@ -95,3 +95,20 @@ def test_defaults_agree():
 def test_an_unknown_setting_is_named():
     with pytest.raises(ValueError, match="sleep_secs"):
         IrisSettings.from_dict({"sleep_secs": 1})
+
+
+def test_the_listed_gpus_type_comes_from_the_environment(monkeypatch) -> None:
+    """MARIN_IRIS_GPUS listed GPUs of any type: a step asking for gpu:a100 ran on whatever
+    was listed, and no environment variable could say what they were."""
+    from resources.iris import IrisResource
+
+    monkeypatch.setenv("MARIN_IRIS_GPUS", "0,1")
+    monkeypatch.setenv("MARIN_IRIS_GPU_TYPE", "h100")
+    inventory = IrisResource.from_env().settings().inventory.local_inventory()
+    assert [(d.kind, d.id, d.variant) for d in inventory.devices] == [
+        ("gpu", "0", "h100"),
+        ("gpu", "1", "h100"),
+    ]
+    monkeypatch.setenv("MARIN_IRIS_GPU_TYPE", "h1000")
+    with pytest.raises(Exception, match=r"gpu_type='h1000' is unknown; known GPU types: "):
+        IrisResource.from_env().settings().inventory.local_inventory()
