@@ -87,21 +87,26 @@ LOCATION = textwrap.dedent("""
 """)
 
 
-def test_definitions_validate_refuses_two_experiments_sharing_a_name(tmp_path):
-    """The user's check: `dagster definitions validate` fails and names both definitions."""
-    location = tmp_path / "two_experiments.py"
-    location.write_text(LOCATION)
+def _dagster(tmp_path, cwd, *args: str) -> subprocess.CompletedProcess:
+    """The `dagster` CLI as a user runs it, with a Dagster home of its own under `tmp_path`."""
     home = tmp_path / "home"
-    home.mkdir()
-    proc = subprocess.run(
-        [DAGSTER, "definitions", "validate", "-f", str(location)],
-        cwd=REPO,
+    home.mkdir(exist_ok=True)
+    return subprocess.run(
+        [DAGSTER, *args],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
         env=subprocess_env(DAGSTER_HOME=str(home)),
         stdin=subprocess.DEVNULL,
     )
+
+
+def test_definitions_validate_refuses_two_experiments_sharing_a_name(tmp_path):
+    """The user's check: `dagster definitions validate` fails and names both definitions."""
+    location = tmp_path / "two_experiments.py"
+    location.write_text(LOCATION)
+    proc = _dagster(tmp_path, REPO, "definitions", "validate", "-f", str(location))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "'raw/shared' is defined twice" in out
@@ -127,17 +132,7 @@ def test_a_file_that_star_imports_another_experiment_file_is_its_own_location(tm
         child = Experiment("child_exp", leaves=[clean])
         """)
     )
-    home = tmp_path / "home"
-    home.mkdir()
-    proc = subprocess.run(
-        [DAGSTER, "job", "list", "-f", str(tmp_path / "child_exp.py")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=subprocess_env(DAGSTER_HOME=str(home)),
-        stdin=subprocess.DEVNULL,
-    )
+    proc = _dagster(tmp_path, tmp_path, "job", "list", "-f", str(tmp_path / "child_exp.py"))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     jobs = sorted(line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("Job:"))
